@@ -1,0 +1,1 @@
+"""ROS 2 layer: the lifecycle node, message conversion, QoS and diagnostics."""

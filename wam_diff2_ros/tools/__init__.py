@@ -1,0 +1,1 @@
+"""Command-line tools: batch inference, tiny checkpoints, bag replay, benchmarks."""
