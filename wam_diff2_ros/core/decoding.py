@@ -1,0 +1,333 @@
+"""Block-diffusion decoding of WAM-Diff2, the reference algorithm step for step.
+
+The response is produced `block_size` tokens at a time. The prompt is prefilled into a KV cache under a
+block-causal mask (a token sees its own block and all earlier ones; padding is masked out of the prompt).
+Every response block starts as mask tokens and is denoised for up to `denoising_steps` steps: the block
+attends to the cache and to itself, each position proposes a token (argmax, or a temperature / top-k /
+top-p sample) with its probability, and a remasking strategy decides which masked positions take their
+proposal. Positions still masked after the last step take the last proposal. A commit pass then writes the
+finished block into the cache. A sample is finished once a block of it contains EOS; finished samples emit
+EOS; decoding stops when every sample is finished or the token budget is spent.
+
+Every tensor operation that affects which token wins (softmax in the model dtype, comparisons against the
+threshold in that dtype, `torch.topk` tie-breaking per sample, random draws) follows the reference, so the
+same weights give the same tokens. In bfloat16 the threshold 0.9 therefore acts as bf16(0.9) = 0.8984375.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import torch
+
+from .model import BlockDiffusionBackbone
+
+MASK_TOKEN_ID = 151671
+EOS_TOKEN_ID = 151645  # <|im_end|>
+REMASKING_STRATEGIES = ("low_confidence_dynamic", "low_confidence_static", "sequential")
+
+
+class DecodeConfigError(ValueError):
+    """A decoding parameter out of range."""
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    """Decoding parameters (defaults: the reference inference script's)."""
+
+    max_new_tokens: int = 128
+    block_size: int = 32
+    denoising_steps: int = 32
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    remasking_strategy: str = "low_confidence_dynamic"
+    confidence_threshold: float = 0.9
+    seed: int | None = None
+    mask_token_id: int = MASK_TOKEN_ID
+    eos_token_id: int = EOS_TOKEN_ID
+
+    def __post_init__(self) -> None:
+        checks: list[tuple[bool, str]] = [
+            (self.max_new_tokens >= 1, f"max_new_tokens must be >= 1, got {self.max_new_tokens}"),
+            (self.block_size >= 1, f"block_size must be >= 1, got {self.block_size}"),
+            (self.denoising_steps >= 1, f"denoising_steps must be >= 1, got {self.denoising_steps}"),
+            (self.temperature >= 0.0, f"temperature must be >= 0, got {self.temperature}"),
+            (self.top_k >= 0, f"top_k must be >= 0, got {self.top_k}"),
+            (0.0 < self.top_p <= 1.0, f"top_p must be in (0, 1], got {self.top_p}"),
+            (
+                0.0 < self.confidence_threshold <= 1.0,
+                f"confidence_threshold must be in (0, 1], got {self.confidence_threshold}",
+            ),
+            (
+                self.remasking_strategy in REMASKING_STRATEGIES,
+                f"remasking_strategy must be one of {', '.join(REMASKING_STRATEGIES)}; got {self.remasking_strategy!r}",
+            ),
+            (self.seed is None or self.seed >= 0, f"seed must be >= 0, got {self.seed}"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise DecodeConfigError(message)
+        for name in ("temperature", "top_p", "confidence_threshold"):
+            value = getattr(self, name)
+            if value != value:  # NaN
+                raise DecodeConfigError(f"{name} is NaN")
+
+    @property
+    def num_blocks(self) -> int:
+        """Response blocks: `max_new_tokens` rounded up to whole blocks."""
+        return -(-self.max_new_tokens // self.block_size)
+
+    def with_overrides(self, **changes: Any) -> DecodeConfig:
+        """A validated copy with some fields changed (None values are ignored)."""
+        return replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+
+@dataclass
+class DecodeTiming:
+    """Seconds spent per stage of one decode call."""
+
+    vision: float = 0.0
+    prefill: float = 0.0  # prompt forward without the vision encoder
+    denoise: float = 0.0  # denoising forwards + sampling + remasking
+    commit: float = 0.0
+    total: float = 0.0
+
+    def as_dict(self) -> dict[str, float]:
+        """Stage name -> seconds."""
+        return {
+            "vision_s": self.vision,
+            "prefill_s": self.prefill,
+            "denoise_s": self.denoise,
+            "commit_s": self.commit,
+            "total_s": self.total,
+        }
+
+
+@dataclass
+class DecodeOutput:
+    """Result of decoding a batch."""
+
+    sequences: torch.Tensor  # [B, num_blocks * block_size], what the reference returns (mask id where undecoded)
+    token_ids: list[list[int]]  # per sample, cut before the first EOS
+    steps_per_block: list[int]  # denoising forwards run per decoded block (shared by the batch)
+    finished: list[bool]  # sample produced EOS within the budget
+    timing: DecodeTiming = field(default_factory=DecodeTiming)
+
+
+def sample_tokens(
+    logits: torch.Tensor,
+    temperature: float = 0.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per position a proposed token and its probability (shapes [B, L]), as the reference samples.
+
+    Greedy (`temperature == 0`): argmax and its softmax probability. Otherwise logits / temperature,
+    restricted to the top-k (or the top 1000 when only top-p is set), softmax, nucleus cut keeping the first
+    token whose cumulative probability passes `top_p`, then inverse-CDF sampling with one uniform draw per
+    position from `generator` (the global RNG when None).
+    """
+    batch, length, vocab = logits.shape
+    flat = logits.reshape(-1, vocab)
+    if temperature == 0:
+        tokens = torch.argmax(flat, dim=-1, keepdim=True)
+        probs = torch.softmax(flat, dim=-1)
+        return tokens.view(batch, length), torch.gather(probs, -1, tokens).view(batch, length)
+
+    scaled = flat / temperature
+    if top_k > 0:
+        keep = min(top_k, vocab)
+    elif top_p < 1.0:
+        keep = min(1000, vocab)
+    else:
+        keep = vocab
+    candidate_ids: torch.Tensor | None = None
+    if keep < vocab:
+        scaled, candidate_ids = torch.topk(scaled, keep, dim=-1)
+    probs = torch.softmax(scaled, dim=-1)
+    if top_p < 1.0:
+        beyond = torch.cumsum(probs, dim=-1) > top_p
+        drop = torch.zeros_like(beyond)
+        drop[:, 1:] = beyond[:, :-1]  # keep the token that crosses top_p
+        probs = probs.masked_fill(drop, 0.0)
+        probs = probs / probs.sum(dim=-1, keepdim=True).clamp(min=1e-8)
+    cumulative = torch.cumsum(probs, dim=-1)
+    uniform = torch.rand(probs.shape[0], 1, device=probs.device, dtype=probs.dtype, generator=generator)
+    choice = (cumulative < uniform).sum(dim=-1, keepdim=True).long().clamp(max=probs.shape[-1] - 1)
+    chosen_probs = torch.gather(probs, -1, choice)
+    tokens = choice if candidate_ids is None else torch.gather(candidate_ids, -1, choice)
+    return tokens.view(batch, length), chosen_probs.view(batch, length)
+
+
+def transfer_schedule(block_size: int, steps: int) -> list[int]:
+    """Tokens to unmask per step for the static strategies: an even split, remainder to the first steps."""
+    base, remainder = divmod(block_size, steps)
+    return [base + (1 if i < remainder else 0) for i in range(steps)]
+
+
+def select_transfers(
+    strategy: str,
+    masked: torch.Tensor,
+    confidence: torch.Tensor,
+    count: int,
+    threshold: float,
+    finished: torch.Tensor,
+) -> torch.Tensor:
+    """Boolean [B, L] of masked positions that take their proposal this step.
+
+    `masked` marks still-masked positions (already False for finished samples), `confidence` the proposal
+    probabilities, `count` the static per-step budget. Dynamic: every masked position with confidence >=
+    threshold (compared in the confidence dtype), else the single most confident one.
+    """
+    transfer = torch.zeros_like(masked)
+    if strategy == "sequential":
+        for row in range(masked.shape[0]):
+            if finished[row]:
+                continue
+            positions = masked[row].nonzero(as_tuple=True)[0]
+            if len(positions) > 0:
+                transfer[row, positions[: min(count, len(positions))]] = True
+        return transfer
+
+    scores = torch.where(masked, confidence, torch.tensor(-torch.inf, device=confidence.device, dtype=confidence.dtype))
+    for row in range(masked.shape[0]):
+        if finished[row]:
+            continue
+        if strategy == "low_confidence_static":
+            k = min(count, int(masked[row].sum().item()))
+            if k > 0 and not torch.all(torch.isinf(scores[row])):
+                _, index = torch.topk(scores[row], k)
+                transfer[row, index] = True
+        else:
+            confident = scores[row] >= threshold
+            if confident.any():
+                transfer[row] = confident
+            elif masked[row].sum().item() > 0:
+                _, index = torch.topk(scores[row], 1)
+                transfer[row, index] = True
+    return transfer
+
+
+def _block_causal_mask(prompt_len: int, num_blocks: int, block_size: int, batch: int, device: torch.device):
+    """[B, 1, T, T] boolean mask: query block id >= key block id (prompt cut into blocks from its start)."""
+    total = prompt_len + num_blocks * block_size
+    positions = torch.arange(total, device=device)
+    prompt_blocks = -(-prompt_len // block_size)
+    block_ids = torch.where(
+        positions < prompt_len, positions // block_size, prompt_blocks + (positions - prompt_len) // block_size
+    ).to(torch.int32)
+    mask = (block_ids.unsqueeze(1) >= block_ids.unsqueeze(0)).unsqueeze(0).unsqueeze(0)
+    return mask.expand(batch, 1, total, total)
+
+
+def block_diffusion_decode(
+    backbone: BlockDiffusionBackbone,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    pixel_values: torch.Tensor | None,
+    image_grid_thw: torch.Tensor | None,
+    config: DecodeConfig,
+    synchronize: Callable[[], None] | None = None,
+) -> DecodeOutput:
+    """Decode a (padded) prompt batch with block diffusion; see the module docstring."""
+    sync = synchronize or (lambda: None)
+    device = input_ids.device
+    batch, prompt_len = input_ids.shape
+    block_size, num_blocks = config.block_size, config.num_blocks
+    mask_id, eos_id = config.mask_token_id, config.eos_token_id
+    if attention_mask is None:
+        attention_mask = torch.ones_like(input_ids)
+    generator = None
+    if config.seed is not None:
+        generator = torch.Generator(device=device)
+        generator.manual_seed(config.seed)
+
+    timing = DecodeTiming()
+    sync()
+    started = time.perf_counter()
+
+    full_mask = _block_causal_mask(prompt_len, num_blocks, block_size, batch, device)
+    valid = attention_mask.to(device=device).bool()
+    prompt_mask = full_mask[:, :, :prompt_len, :prompt_len] & valid[:, None, None, :] & valid[:, None, :, None]
+    prompt_positions, rope_deltas = backbone.rope_index(input_ids, attention_mask, image_grid_thw)
+
+    prefill = backbone.prefill(input_ids, prompt_mask, prompt_positions, pixel_values, image_grid_thw)
+    cache = prefill.cache
+    sync()
+    timing.vision = prefill.vision_seconds
+    timing.prefill = time.perf_counter() - started - timing.vision
+
+    response = torch.full((batch, num_blocks * block_size), mask_id, dtype=input_ids.dtype, device=device)
+    finished = torch.zeros(batch, dtype=torch.bool, device=device)
+    schedule = transfer_schedule(block_size, config.denoising_steps)
+    steps_per_block: list[int] = []
+
+    for block in range(num_blocks):
+        block_start = prompt_len + block * block_size
+        block_end = block_start + block_size
+        denoise_started = time.perf_counter()
+        tokens = torch.full((batch, block_size), mask_id, dtype=input_ids.dtype, device=device)
+        if finished.any():
+            tokens[finished] = eos_id
+        positions = torch.arange(block_start, block_end, device=device).view(1, -1).expand(batch, -1).clone()
+        positions = (positions + rope_deltas.to(device=device, dtype=positions.dtype)).unsqueeze(0).expand(3, -1, -1)
+        step_mask = full_mask[:, :, block_start:block_end, :block_end]
+
+        proposal = tokens
+        steps_run = config.denoising_steps
+        for step in range(config.denoising_steps):
+            masked = tokens == mask_id
+            if finished.any():
+                masked[finished] = False
+            if not masked.any():
+                steps_run = step
+                break
+            logits = backbone.step_logits(tokens, positions, step_mask, cache)
+            proposal, confidence = sample_tokens(
+                logits, config.temperature, config.top_k, config.top_p, generator=generator
+            )
+            transfer = select_transfers(
+                config.remasking_strategy,
+                masked,
+                confidence,
+                schedule[step],
+                config.confidence_threshold,
+                finished,
+            )
+            tokens = torch.where(transfer, proposal, tokens)
+        steps_per_block.append(steps_run)
+
+        leftover = tokens == mask_id
+        if finished.any():
+            leftover[finished] = False
+        if leftover.any():
+            tokens = torch.where(leftover, proposal, tokens)
+        if finished.any():
+            tokens = torch.where(finished[:, None], torch.full_like(tokens, eos_id), tokens)
+        response[:, block * block_size : (block + 1) * block_size] = tokens
+        finished |= (tokens == eos_id).any(dim=1)
+        sync()
+        timing.denoise += time.perf_counter() - denoise_started
+        if finished.all():
+            break
+        commit_started = time.perf_counter()
+        backbone.commit(tokens, positions, step_mask, cache)
+        sync()
+        timing.commit += time.perf_counter() - commit_started
+
+    timing.total = time.perf_counter() - started
+    rows = response.tolist()
+    cut = [row[: row.index(eos_id)] if eos_id in row else row for row in rows]
+    cut = [[tok for tok in row if tok != mask_id] for row in cut]
+    return DecodeOutput(
+        sequences=response,
+        token_ids=cut,
+        steps_per_block=steps_per_block,
+        finished=finished.tolist(),
+        timing=timing,
+    )

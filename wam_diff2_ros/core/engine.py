@@ -1,0 +1,188 @@
+"""The inference engine: a loaded checkpoint that turns (prompt, images) into decoded text.
+
+One `Engine` holds the model, its processor and the block-diffusion decoder; the node, the batch CLI, the
+replay tool and the benchmark all call it. Calls are serialised with a lock, so one engine can be shared by
+threads.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .checkpoint import (
+    CheckpointInfo,
+    inspect_checkpoint,
+    load_model,
+    load_processor,
+    resolve_device,
+    resolve_dtype,
+    synchronizer,
+)
+from .decoding import DecodeConfig, DecodeOutput, block_diffusion_decode
+from .model import BlockDiffusionBackbone
+from .processor import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS, WamDiff2Processor
+
+LOG = logging.getLogger(__name__)
+
+
+@dataclass
+class GenerationTiming:
+    """Seconds per stage of one request (a batch shares the decode stages)."""
+
+    preprocess_s: float = 0.0
+    vision_s: float = 0.0
+    prefill_s: float = 0.0
+    denoise_s: float = 0.0
+    commit_s: float = 0.0
+    total_s: float = 0.0
+
+    def as_dict(self) -> dict[str, float]:
+        """Stage name -> seconds."""
+        return dict(self.__dict__)
+
+
+@dataclass
+class Generation:
+    """The decoded answer to one request."""
+
+    text: str
+    token_ids: list[int]  # response tokens before the first EOS
+    sequence: list[int]  # all response positions, as the reference `generate()` returns them
+    steps_per_block: list[int]
+    finished: bool  # EOS produced within max_new_tokens
+    timing: GenerationTiming
+    num_prompt_tokens: int
+    num_image_tokens: int
+    prompt_text: str = field(repr=False, default="")
+
+
+class Engine:
+    """A WAM-Diff2 checkpoint ready to decode."""
+
+    def __init__(
+        self, model: Any, processor: WamDiff2Processor, checkpoint: CheckpointInfo, device: torch.device
+    ) -> None:
+        self.model = model
+        self.processor = processor
+        self.checkpoint = checkpoint
+        self.device = device
+        self._sync = synchronizer(device)
+        self.backbone = BlockDiffusionBackbone(model, synchronize=self._sync)
+        self._lock = threading.Lock()
+
+    @classmethod
+    def load(
+        cls,
+        checkpoint: str | Path,
+        device: str = "auto",
+        dtype: str | torch.dtype = "bfloat16",
+        min_pixels: int = DEFAULT_MIN_PIXELS,
+        max_pixels: int = DEFAULT_MAX_PIXELS,
+    ) -> Engine:
+        """Validate and load a checkpoint directory onto a device (`auto`, `cpu`, `cuda[:N]`, `npu[:N]`)."""
+        info = inspect_checkpoint(checkpoint)
+        torch_device = resolve_device(device)
+        torch_dtype = resolve_dtype(dtype)
+        if torch_device.type == "cpu" and torch_dtype != torch.float32:
+            LOG.info("%s on CPU is usually slower than float32 (no native bf16/fp16 units)", torch_dtype)
+        processor = load_processor(info, min_pixels=min_pixels, max_pixels=max_pixels)
+        model = load_model(info, torch_device, torch_dtype)
+        return cls(model, processor, info, torch_device)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """Weight dtype."""
+        return self.backbone.dtype
+
+    @property
+    def name(self) -> str:
+        """Checkpoint directory name."""
+        return self.checkpoint.name
+
+    def generate(
+        self,
+        prompt: str,
+        images: Sequence[Any] = (),
+        decode: DecodeConfig | None = None,
+        system: str | None = None,
+    ) -> Generation:
+        """Answer one prompt whose `<image>` placeholders are filled, in order, by `images`."""
+        from .prompts import build_messages
+
+        return self.generate_conversations([build_messages(prompt, list(images), system=system)], decode)[0]
+
+    def generate_conversations(
+        self,
+        conversations: Sequence[list[dict[str, Any]]],
+        decode: DecodeConfig | None = None,
+        padding_side: str = "left",
+    ) -> list[Generation]:
+        """Decode a batch of chats (message lists with text/image content items) together."""
+        if not conversations:
+            return []
+        config = decode or DecodeConfig()
+        with self._lock:
+            if self.model is None:
+                raise RuntimeError("engine is closed")
+            started = time.perf_counter()
+            inputs = self.processor(list(conversations), padding_side=padding_side)
+            preprocess_s = time.perf_counter() - started
+            batch = inputs.to(self.device)
+            with torch.inference_mode():
+                output = block_diffusion_decode(
+                    self.backbone,
+                    batch.input_ids,
+                    batch.attention_mask,
+                    batch.pixel_values,
+                    batch.image_grid_thw,
+                    config,
+                    synchronize=self._sync,
+                )
+            return self._collect(output, inputs, preprocess_s)
+
+    def _collect(self, output: DecodeOutput, inputs: Any, preprocess_s: float) -> list[Generation]:
+        timing = output.timing
+        results = []
+        lengths = inputs.attention_mask.sum(dim=1).tolist()
+        for row, token_ids in enumerate(output.token_ids):
+            results.append(
+                Generation(
+                    text=self.processor.decode(token_ids),
+                    token_ids=token_ids,
+                    sequence=output.sequences[row].tolist(),
+                    steps_per_block=list(output.steps_per_block),
+                    finished=bool(output.finished[row]),
+                    timing=GenerationTiming(
+                        preprocess_s=preprocess_s,
+                        vision_s=timing.vision,
+                        prefill_s=timing.prefill,
+                        denoise_s=timing.denoise,
+                        commit_s=timing.commit,
+                        total_s=preprocess_s + timing.total,
+                    ),
+                    num_prompt_tokens=int(lengths[row]),
+                    num_image_tokens=int(inputs.num_image_tokens[row]),
+                    prompt_text=inputs.prompt_texts[row],
+                )
+            )
+        return results
+
+    def close(self) -> None:
+        """Drop the model and release its device memory."""
+        with self._lock:
+            self.model = None
+            self.backbone = None  # type: ignore[assignment]
+            gc.collect()
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()
+            elif self.device.type == "npu":
+                torch.npu.empty_cache()

@@ -1,0 +1,322 @@
+"""Image preprocessing and prompt tokenisation exactly as the reference pipeline does it.
+
+The reference inference script resizes every image with `qwen-vl-utils` (RGB, sides rounded to multiples
+of 32 within `min_pixels`/`max_pixels`, PIL bicubic) and then hands it to the checkpoint's Qwen3-VL image
+processor, which applies its own pixel limits (`size.shortest_edge` / `size.longest_edge` of
+`preprocessor_config.json`), rescales, normalises and cuts 16x16 patches (two temporal copies of a still
+image). This module does the same without torchvision or qwen-vl-utils, so it runs on any torch build.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from PIL import Image
+
+IMAGE_PAD_TOKEN = "<|image_pad|>"
+DEFAULT_MIN_PIXELS = 12544
+DEFAULT_MAX_PIXELS = 2073600
+MAX_ASPECT_RATIO = 200
+
+
+class ImageInputError(ValueError):
+    """An image that cannot be turned into model input (empty, wrong shape, extreme aspect ratio)."""
+
+
+def _round_half_even_multiple(value: float, factor: int) -> int:
+    return round(value / factor) * factor
+
+
+def resize_target_request(height: int, width: int, factor: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
+    """Target (height, width) of the first resize (qwen-vl-utils' `smart_resize`).
+
+    Sides are rounded (Python's half-to-even `round`) to multiples of `factor`, then scaled down (floor) or
+    up (ceil) so that the area lies within [min_pixels, max_pixels].
+    """
+    _check_size(height, width)
+    if max_pixels < min_pixels:
+        raise ImageInputError(f"max_pixels ({max_pixels}) is smaller than min_pixels ({min_pixels})")
+    h_bar = max(factor, _round_half_even_multiple(height, factor))
+    w_bar = max(factor, _round_half_even_multiple(width, factor))
+    if h_bar * w_bar > max_pixels:
+        beta = math.sqrt((height * width) / max_pixels)
+        h_bar = max(factor, math.floor(height / beta / factor) * factor)
+        w_bar = max(factor, math.floor(width / beta / factor) * factor)
+    elif h_bar * w_bar < min_pixels:
+        beta = math.sqrt(min_pixels / (height * width))
+        h_bar = math.ceil(height * beta / factor) * factor
+        w_bar = math.ceil(width * beta / factor) * factor
+    return h_bar, w_bar
+
+
+def resize_target_processor(height: int, width: int, factor: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
+    """Target (height, width) of the image processor's own resize (transformers' Qwen2-VL `smart_resize`)."""
+    _check_size(height, width)
+    h_bar = _round_half_even_multiple(height, factor)
+    w_bar = _round_half_even_multiple(width, factor)
+    if h_bar * w_bar > max_pixels:
+        beta = math.sqrt((height * width) / max_pixels)
+        h_bar = max(factor, math.floor(height / beta / factor) * factor)
+        w_bar = max(factor, math.floor(width / beta / factor) * factor)
+    elif h_bar * w_bar < min_pixels:
+        beta = math.sqrt(min_pixels / (height * width))
+        h_bar = math.ceil(height * beta / factor) * factor
+        w_bar = math.ceil(width * beta / factor) * factor
+    return h_bar, w_bar
+
+
+def _check_size(height: int, width: int) -> None:
+    if height <= 0 or width <= 0:
+        raise ImageInputError(f"image has no pixels ({width}x{height})")
+    ratio = max(height, width) / min(height, width)
+    if ratio > MAX_ASPECT_RATIO:
+        raise ImageInputError(f"image aspect ratio {ratio:.0f} exceeds {MAX_ASPECT_RATIO} ({width}x{height})")
+
+
+def to_pil_rgb(image: Any) -> Image.Image:
+    """An RGB PIL image from a PIL image or an HxWx3 (RGB) / HxW (mono) uint8 array."""
+    if isinstance(image, Image.Image):
+        if image.width == 0 or image.height == 0:
+            raise ImageInputError(f"image has no pixels ({image.width}x{image.height})")
+        return image if image.mode == "RGB" else image.convert("RGB")
+    array = np.asarray(image)
+    if array.dtype != np.uint8:
+        raise ImageInputError(f"expected a uint8 image array, got dtype {array.dtype}")
+    if array.ndim == 2:
+        array = np.repeat(array[:, :, None], 3, axis=2)
+    if array.ndim != 3 or array.shape[2] != 3:
+        raise ImageInputError(f"expected an HxWx3 RGB array, got shape {array.shape}")
+    if array.shape[0] == 0 or array.shape[1] == 0:
+        raise ImageInputError(f"image has no pixels ({array.shape[1]}x{array.shape[0]})")
+    return Image.fromarray(np.ascontiguousarray(array), mode="RGB")
+
+
+@dataclass(frozen=True)
+class ImageProcessorConfig:
+    """The parts of a checkpoint's `preprocessor_config.json` that shape the pixel input."""
+
+    patch_size: int = 16
+    temporal_patch_size: int = 2
+    merge_size: int = 2
+    min_pixels: int = 65536
+    max_pixels: int = 16777216
+    image_mean: tuple[float, float, float] = (0.5, 0.5, 0.5)
+    image_std: tuple[float, float, float] = (0.5, 0.5, 0.5)
+    rescale_factor: float = 1.0 / 255.0
+
+    @property
+    def factor(self) -> int:
+        """Side lengths are multiples of this (patch size x merge size)."""
+        return self.patch_size * self.merge_size
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ImageProcessorConfig:
+        """Read `preprocessor_config.json` content (Qwen2-VL / Qwen3-VL image processor keys)."""
+        size = data.get("size") or {}
+        min_pixels = size.get("shortest_edge", data.get("min_pixels", cls.min_pixels))
+        max_pixels = size.get("longest_edge", data.get("max_pixels", cls.max_pixels))
+        return cls(
+            patch_size=int(data.get("patch_size", cls.patch_size)),
+            temporal_patch_size=int(data.get("temporal_patch_size", cls.temporal_patch_size)),
+            merge_size=int(data.get("merge_size", cls.merge_size)),
+            min_pixels=int(min_pixels),
+            max_pixels=int(max_pixels),
+            image_mean=tuple(float(v) for v in data.get("image_mean", cls.image_mean)),
+            image_std=tuple(float(v) for v in data.get("image_std", cls.image_std)),
+            rescale_factor=float(data.get("rescale_factor", cls.rescale_factor)),
+        )
+
+    @classmethod
+    def from_file(cls, path: Path) -> ImageProcessorConfig:
+        """Read a `preprocessor_config.json` file."""
+        return cls.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
+
+
+@dataclass
+class ProcessedImage:
+    """Patches of one image and its (t, h, w) patch grid."""
+
+    pixel_values: torch.Tensor  # [t*h*w, 3 * temporal_patch_size * patch_size**2], float32
+    grid_thw: tuple[int, int, int]
+    resized_size: tuple[int, int]  # (width, height) fed to the vision encoder
+    num_tokens: int  # visual tokens in the prompt (patches / merge_size**2)
+
+
+def _resize_like_torchvision(image: Image.Image, height: int, width: int) -> torch.Tensor:
+    """Bicubic antialiased resize of a uint8 image the way the fast Qwen2-VL processor does it."""
+    tensor = torch.from_numpy(np.asarray(image, dtype=np.uint8).copy()).permute(2, 0, 1)[None].float()
+    out = torch.nn.functional.interpolate(
+        tensor, size=(height, width), mode="bicubic", align_corners=False, antialias=True
+    )
+    return out.clamp_(0, 255).round_().to(torch.uint8)[0]
+
+
+def preprocess_image(
+    image: Any,
+    config: ImageProcessorConfig,
+    min_pixels: int = DEFAULT_MIN_PIXELS,
+    max_pixels: int = DEFAULT_MAX_PIXELS,
+) -> ProcessedImage:
+    """Resize, normalise and patchify one image exactly as the reference pipeline does."""
+    pil = to_pil_rgb(image)
+    height, width = resize_target_request(pil.height, pil.width, config.factor, min_pixels, max_pixels)
+    if (width, height) != pil.size:
+        pil = pil.resize((width, height), resample=Image.Resampling.BICUBIC)
+    final_h, final_w = resize_target_processor(height, width, config.factor, config.min_pixels, config.max_pixels)
+    if (final_h, final_w) != (height, width):
+        chw = _resize_like_torchvision(pil, final_h, final_w)
+    else:
+        chw = torch.from_numpy(np.asarray(pil, dtype=np.uint8).copy()).permute(2, 0, 1)
+    # Fused rescale + normalise: (x - mean/r) / (std/r), in float32, like the fast processor.
+    mean = torch.tensor(config.image_mean, dtype=torch.float32).view(3, 1, 1) / config.rescale_factor
+    std = torch.tensor(config.image_std, dtype=torch.float32).view(3, 1, 1) / config.rescale_factor
+    normalised = (chw.to(torch.float32) - mean) / std
+    pixel_values, grid = patchify(normalised, config)
+    t, h, w = grid
+    return ProcessedImage(
+        pixel_values=pixel_values,
+        grid_thw=grid,
+        resized_size=(final_w, final_h),
+        num_tokens=t * h * w // config.merge_size**2,
+    )
+
+
+def patchify(image_chw: torch.Tensor, config: ImageProcessorConfig) -> tuple[torch.Tensor, tuple[int, int, int]]:
+    """Cut a normalised CxHxW still image into Qwen-VL patches (merge-window order, temporal copies)."""
+    channels, height, width = image_chw.shape
+    p, tp, m = config.patch_size, config.temporal_patch_size, config.merge_size
+    frames = image_chw[None].expand(tp, channels, height, width)  # a still image repeated in time
+    grid_t, grid_h, grid_w = 1, height // p, width // p
+    patches = frames.reshape(grid_t, tp, channels, grid_h // m, m, p, grid_w // m, m, p)
+    # -> (t, h_block, w_block, h_in_block, w_in_block, channel, temporal, patch_row, patch_col)
+    patches = patches.permute(0, 3, 6, 4, 7, 2, 1, 5, 8)
+    flat = patches.reshape(grid_t * grid_h * grid_w, channels * tp * p * p).contiguous()
+    return flat, (grid_t, grid_h, grid_w)
+
+
+@dataclass
+class ModelInputs:
+    """Tokenised batch ready for the decoder (CPU tensors; move with `.to(device)`)."""
+
+    input_ids: torch.Tensor  # [B, P] int64
+    attention_mask: torch.Tensor  # [B, P] int64, 0 on padding
+    pixel_values: torch.Tensor | None  # [sum patches, D] float32
+    image_grid_thw: torch.Tensor | None  # [num_images, 3] int64
+    prompt_texts: list[str]
+    num_image_tokens: list[int]
+
+    def to(self, device: torch.device | str) -> ModelInputs:
+        """A copy with every tensor on `device`."""
+        return ModelInputs(
+            input_ids=self.input_ids.to(device),
+            attention_mask=self.attention_mask.to(device),
+            pixel_values=None if self.pixel_values is None else self.pixel_values.to(device),
+            image_grid_thw=None if self.image_grid_thw is None else self.image_grid_thw.to(device),
+            prompt_texts=self.prompt_texts,
+            num_image_tokens=self.num_image_tokens,
+        )
+
+
+class WamDiff2Processor:
+    """Chat template + tokenizer + image preprocessing of a WAM-Diff2 checkpoint (image-only)."""
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        chat_template: str,
+        image_config: ImageProcessorConfig,
+        min_pixels: int = DEFAULT_MIN_PIXELS,
+        max_pixels: int = DEFAULT_MAX_PIXELS,
+    ) -> None:
+        self.tokenizer = tokenizer
+        self.chat_template = chat_template
+        self.image_config = image_config
+        self.min_pixels = int(min_pixels)
+        self.max_pixels = int(max_pixels)
+        if self.min_pixels <= 0 or self.max_pixels < self.min_pixels:
+            raise ValueError(f"need 0 < min_pixels <= max_pixels, got {self.min_pixels}, {self.max_pixels}")
+
+    def render(self, messages: list[dict[str, Any]]) -> str:
+        """The prompt text of a chat, with the assistant generation prompt appended."""
+        placeholder_messages = [
+            {
+                "role": message["role"],
+                "content": [
+                    {"type": "image"} if item.get("type") == "image" else dict(item) for item in message["content"]
+                ]
+                if isinstance(message["content"], list)
+                else message["content"],
+            }
+            for message in messages
+        ]
+        return self.tokenizer.apply_chat_template(
+            placeholder_messages, chat_template=self.chat_template, tokenize=False, add_generation_prompt=True
+        )
+
+    def __call__(self, conversations: Sequence[list[dict[str, Any]]], padding_side: str = "left") -> ModelInputs:
+        """Tokenise chats (images inside the message content) into one padded batch."""
+        if padding_side not in ("left", "right"):
+            raise ValueError(f"padding_side must be 'left' or 'right', got {padding_side!r}")
+        texts: list[str] = []
+        all_pixels: list[torch.Tensor] = []
+        grids: list[tuple[int, int, int]] = []
+        token_counts: list[int] = []
+        for messages in conversations:
+            images = [
+                item["image"]
+                for message in messages
+                if isinstance(message["content"], list)
+                for item in message["content"]
+                if item.get("type") == "image"
+            ]
+            text = self.render(messages)
+            if text.count(IMAGE_PAD_TOKEN) != len(images):
+                raise ValueError(
+                    f"chat template produced {text.count(IMAGE_PAD_TOKEN)} image placeholders for {len(images)} images"
+                )
+            processed = [preprocess_image(img, self.image_config, self.min_pixels, self.max_pixels) for img in images]
+            pieces = text.split(IMAGE_PAD_TOKEN)
+            expanded = pieces[0]
+            for item, piece in zip(processed, pieces[1:], strict=True):
+                expanded += IMAGE_PAD_TOKEN * item.num_tokens + piece
+            texts.append(expanded)
+            all_pixels.extend(item.pixel_values for item in processed)
+            grids.extend(item.grid_thw for item in processed)
+            token_counts.append(sum(item.num_tokens for item in processed))
+        encoded = self._tokenize(texts, padding_side)
+        return ModelInputs(
+            input_ids=encoded[0],
+            attention_mask=encoded[1],
+            pixel_values=torch.cat(all_pixels, dim=0) if all_pixels else None,
+            image_grid_thw=torch.tensor(grids, dtype=torch.long) if grids else None,
+            prompt_texts=texts,
+            num_image_tokens=token_counts,
+        )
+
+    def _tokenize(self, texts: list[str], padding_side: str) -> tuple[torch.Tensor, torch.Tensor]:
+        rows = [self.tokenizer(text)["input_ids"] for text in texts]
+        longest = max(len(row) for row in rows)
+        pad_id = self.tokenizer.pad_token_id
+        if pad_id is None:
+            pad_id = self.tokenizer.convert_tokens_to_ids("<|endoftext|>")
+        ids = torch.full((len(rows), longest), int(pad_id), dtype=torch.long)
+        mask = torch.zeros((len(rows), longest), dtype=torch.long)
+        for i, row in enumerate(rows):
+            if padding_side == "left":
+                ids[i, longest - len(row) :] = torch.tensor(row, dtype=torch.long)
+                mask[i, longest - len(row) :] = 1
+            else:
+                ids[i, : len(row)] = torch.tensor(row, dtype=torch.long)
+                mask[i, : len(row)] = 1
+        return ids, mask
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        """Text of response tokens, special tokens removed, surrounding whitespace stripped."""
+        return self.tokenizer.decode(list(token_ids), skip_special_tokens=True).strip()
