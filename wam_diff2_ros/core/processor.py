@@ -150,12 +150,12 @@ class ProcessedImage:
 
 
 def _resize_like_torchvision(image: Image.Image, height: int, width: int) -> torch.Tensor:
-    """Bicubic antialiased resize of a uint8 image the way the fast Qwen2-VL processor does it."""
-    tensor = torch.from_numpy(np.asarray(image, dtype=np.uint8).copy()).permute(2, 0, 1)[None].float()
+    """The fast Qwen2-VL processor's resize on CPU: antialiased bicubic straight on the uint8 tensor."""
+    tensor = torch.from_numpy(np.asarray(image, dtype=np.uint8).copy()).permute(2, 0, 1)[None]
     out = torch.nn.functional.interpolate(
         tensor, size=(height, width), mode="bicubic", align_corners=False, antialias=True
     )
-    return out.clamp_(0, 255).round_().to(torch.uint8)[0]
+    return out[0]
 
 
 def preprocess_image(
@@ -174,9 +174,9 @@ def preprocess_image(
         chw = _resize_like_torchvision(pil, final_h, final_w)
     else:
         chw = torch.from_numpy(np.asarray(pil, dtype=np.uint8).copy()).permute(2, 0, 1)
-    # Fused rescale + normalise: (x - mean/r) / (std/r), in float32, like the fast processor.
-    mean = torch.tensor(config.image_mean, dtype=torch.float32).view(3, 1, 1) / config.rescale_factor
-    std = torch.tensor(config.image_std, dtype=torch.float32).view(3, 1, 1) / config.rescale_factor
+    # Fused rescale + normalise: (x - mean * (1/r)) / (std * (1/r)) in float32, like the fast processor.
+    mean = torch.tensor(config.image_mean, dtype=torch.float32).view(3, 1, 1) * (1.0 / config.rescale_factor)
+    std = torch.tensor(config.image_std, dtype=torch.float32).view(3, 1, 1) * (1.0 / config.rescale_factor)
     normalised = (chw.to(torch.float32) - mean) / std
     pixel_values, grid = patchify(normalised, config)
     t, h, w = grid
