@@ -201,11 +201,25 @@ def register_msg_dir(msg_dir: str | Path, package: str, typestore: Typestore | N
             types.update(get_types_from_msg(path.read_text(encoding="utf-8"), name))
         except (TypesysError, ValueError, UnicodeDecodeError) as exc:
             raise MessageDefinitionError(f"cannot parse {path}: {exc}") from exc
+    for name, (_, fields) in types.items():
+        for field_name, used in _used_types(fields):
+            if used not in types and used not in store.fielddefs:
+                raise MessageDefinitionError(
+                    f"{name}: field {field_name!r} uses {used!r}, which is neither in {folder} nor known"
+                )
     try:
         store.register(types)
     except TypesysError as exc:
         raise MessageDefinitionError(f"cannot register {folder}: {exc}") from exc
     return sorted(types)
+
+
+def _used_types(fields: Iterable[Any]) -> Iterator[tuple[str, str]]:
+    """``(field name, message type)`` for every field of a parsed definition that is a message."""
+    for field_name, (node, detail) in fields:
+        inner = detail[0] if node in (Nodetype.ARRAY, Nodetype.SEQUENCE) else (node, detail)
+        if inner[0] == Nodetype.NAME:
+            yield field_name, inner[1]
 
 
 def _candidate_msg_dirs(package: str) -> list[Path]:
@@ -234,11 +248,8 @@ def _ensure_type(store: Typestore, msgtype: str, seen: set[str] | None = None) -
                 f"no message definition for {msgtype!r}: call register_msg_dir(<folder with "
                 f"{name}.msg>, {package!r}) first (searched {[str(d) for d in _candidate_msg_dirs(package)]})"
             )
-    _, fields = store.fielddefs[msgtype]
-    for _, (node, detail) in fields:
-        inner = detail[0] if node in (Nodetype.ARRAY, Nodetype.SEQUENCE) else (node, detail)
-        if inner[0] == Nodetype.NAME:
-            _ensure_type(store, inner[1], seen)
+    for _, used in _used_types(store.fielddefs[msgtype][1]):
+        _ensure_type(store, used, seen)
 
 
 # --------------------------------------------------------------------------------------------

@@ -8,17 +8,15 @@ cosine profiles, so velocity, yaw rate and acceleration are continuous. Other ve
 cuboids: a lead car in the ego lane (2.2 s time gap), oncoming cars, parked cars on both
 shoulders; poles, trees and buildings line the road. Everything follows from ``--seed``.
 
-Topics (:data:`SAMPLE_TOPICS`), all offered reliable / volatile / keep-last 10 so that both
-reliable and best-effort subscribers receive them when the bag is played:
+Topics (:data:`SAMPLE_TOPICS`, types in :data:`SAMPLE_TYPES`), all offered reliable / volatile /
+keep-last 10, so both reliable and best-effort subscribers receive them when the bag is played:
 
-================================  ==========================================  ======
-``/camera/front/image_raw/compressed``  ``sensor_msgs/msg/CompressedImage`` (jpeg)  10 Hz
-``/camera/front/image_raw``       ``sensor_msgs/msg/Image`` rgb8 (``--raw``)  10 Hz
-``/camera/front/camera_info``     ``sensor_msgs/msg/CameraInfo`` (pinhole)    10 Hz
-``/odom``                         ``nav_msgs/msg/Odometry``                   50 Hz
-``/imu/acceleration``             ``geometry_msgs/msg/AccelWithCovarianceStamped``  50 Hz
-``/navigation/command``           ``std_msgs/msg/String``                     2 Hz
-================================  ==========================================  ======
+- ``/camera/front/image_raw/compressed``: ``sensor_msgs/msg/CompressedImage``, JPEG, 10 Hz
+  (with ``--raw`` instead ``/camera/front/image_raw``: ``sensor_msgs/msg/Image``, rgb8)
+- ``/camera/front/camera_info``: ``sensor_msgs/msg/CameraInfo`` (pinhole, no distortion), 10 Hz
+- ``/odom``: ``nav_msgs/msg/Odometry``, 50 Hz
+- ``/imu/acceleration``: ``geometry_msgs/msg/AccelWithCovarianceStamped``, 50 Hz
+- ``/navigation/command``: ``std_msgs/msg/String`` (``straight`` / ``left``), 2 Hz
 
 Frames (REP 103/105): odometry ``odom`` -> ``base_link`` (the rear axle; the drive starts at the
 ``odom`` origin heading along +x), twist and acceleration in ``base_link`` (x forward, y left);
