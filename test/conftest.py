@@ -68,12 +68,12 @@ def session_domain_id() -> int:
 
 
 def _fastdds_major_version() -> int | None:
-    """3 for Fast DDS 3.x (package ``fastdds``), 2 for 2.x (``fastrtps``), None when unknown."""
+    """3 for Fast DDS 3.x (installs ``share/fastdds/cmake``), 2 for 2.x (``share/fastrtps/cmake``)."""
     prefixes = [sys.prefix, *os.environ.get("AMENT_PREFIX_PATH", "").split(os.pathsep)]
     for prefix in filter(None, prefixes):
-        if (Path(prefix) / "share" / "fastdds" / "package.xml").is_file():
+        if (Path(prefix) / "share" / "fastdds" / "cmake").is_dir():
             return 3
-        if (Path(prefix) / "share" / "fastrtps" / "package.xml").is_file():
+        if (Path(prefix) / "share" / "fastrtps" / "cmake").is_dir():
             return 2
     return None
 
