@@ -42,9 +42,7 @@ def candidate_prefixes() -> list[Path]:
 def has_typesupport_module(package_dir: Path) -> bool:
     """True when the C typesupport extension module that generated messages import is present."""
     stem = f"{PACKAGE}_s__rosidl_typesupport_c"
-    return any(
-        (package_dir / f"{stem}{suffix}").is_file() for suffix in importlib.machinery.EXTENSION_SUFFIXES
-    )
+    return any((package_dir / f"{stem}{suffix}").is_file() for suffix in importlib.machinery.EXTENSION_SUFFIXES)
 
 
 def has_interfaces(package_dir: Path) -> bool:

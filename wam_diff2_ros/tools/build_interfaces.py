@@ -176,9 +176,7 @@ def check_prerequisites(ros_prefix: Path) -> str:
     """Check cmake and the ROS CMake packages; return the cmake executable."""
     cmake = shutil.which("cmake")
     if cmake is None:
-        raise BuildError(
-            "cmake not found: install CMake >= 3.20 (apt-get install cmake, or pip install cmake)."
-        )
+        raise BuildError("cmake not found: install CMake >= 3.20 (apt-get install cmake, or pip install cmake).")
     out = subprocess.run([cmake, "--version"], capture_output=True, text=True, check=False).stdout
     match = re.search(r"version (\d+)\.(\d+)", out)
     if match is None or (int(match.group(1)), int(match.group(2))) < MIN_CMAKE_VERSION:
@@ -220,9 +218,7 @@ def verification_env(prefix: Path) -> dict[str, str]:
     env = dict(os.environ)
     if prefix.resolve() != Path(sys.prefix).resolve():
         env["WAM_DIFF2_ROS_INTERFACES_PREFIX"] = str(prefix)
-        env["LD_LIBRARY_PATH"] = os.pathsep.join(
-            p for p in (str(prefix / "lib"), env.get("LD_LIBRARY_PATH", "")) if p
-        )
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (str(prefix / "lib"), env.get("LD_LIBRARY_PATH", "")) if p)
     return env
 
 
@@ -363,15 +359,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         description="Build wam_diff2_ros' ROS 2 messages into this virtualenv (PyPI ROS 2 wheels).",
     )
     parser.add_argument("--source", type=Path, help="package checkout (default: this checkout or cwd)")
-    parser.add_argument(
-        "--prefix", type=Path, default=Path(sys.prefix), help="install prefix (default: venv)"
-    )
+    parser.add_argument("--prefix", type=Path, default=Path(sys.prefix), help="install prefix (default: venv)")
     parser.add_argument("--build-dir", type=Path, help="default: <source>/build/interfaces")
     parser.add_argument("--jobs", "-j", type=int, default=os.cpu_count() or 2, help="parallel jobs")
     parser.add_argument("--clean", action="store_true", help="delete the build directory first")
-    parser.add_argument(
-        "--no-fix-cmake", action="store_true", help="do not rewrite the wheels' exported .cmake files"
-    )
+    parser.add_argument("--no-fix-cmake", action="store_true", help="do not rewrite the wheels' exported .cmake files")
     parser.add_argument("--uninstall", action="store_true", help="remove a previous install and exit")
     args = parser.parse_args(argv)
     if args.jobs < 1:
