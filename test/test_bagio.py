@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import struct
 import sys
 import warnings
 from pathlib import Path
@@ -275,6 +276,38 @@ def test_truncated_mcap_yields_a_prefix_then_raises(tmp_path):
     assert len(got) > 0.4 * len(full)  # the part of the cut chunk that is there is read too
     text = str(err.value)
     assert "big.mcap" in text and "byte" in text and f"{len(got)} message(s) read" in text
+
+
+def _record(opcode: int, body: bytes) -> bytes:
+    return bytes([opcode]) + struct.pack("<Q", len(body)) + body
+
+
+def _mcap_str(text: str) -> bytes:
+    raw = text.encode()
+    return struct.pack("<I", len(raw)) + raw
+
+
+def test_unchunked_mcap_without_summary_is_recovered(tmp_path):
+    """Messages written as top-level records (no chunks), the file cut mid-record."""
+    schema = _record(0x03, struct.pack("<H", 1) + _mcap_str("std_msgs/msg/String") + _mcap_str("ros2msg")
+                     + _mcap_str("string data"))  # fmt: skip
+    channel = _record(0x04, struct.pack("<HH", 7, 1) + _mcap_str("/chatter") + _mcap_str("cdr")
+                      + struct.pack("<I", 0))  # fmt: skip
+    body = b"\x89MCAP0\r\n" + _record(0x01, _mcap_str("ros2") + _mcap_str("handmade")) + schema + channel
+    for k in (2, 0, 1):  # out of order in the file: read back in time order
+        payload = serialize_message(String(data=f"msg {k}"))
+        body += _record(0x05, struct.pack("<HIQQ", 7, k, T0 + k, T0 + k) + payload)
+    body += _record(0x05, struct.pack("<HIQQ", 7, 9, T0 + 9, T0 + 9) + b"\x00" * 40)[:20]  # cut short
+    path = tmp_path / "handmade.mcap"
+    path.write_bytes(body)
+    with BagReader(path) as reader:
+        assert reader.topics["/chatter"].count == 3
+        got = []
+        with pytest.raises(BagReadError, match="truncated record"):
+            for m in reader.messages():
+                got.append(m)
+    assert [m.msg.data for m in got] == ["msg 0", "msg 1", "msg 2"]
+    assert [m.stamp_ns for m in got] == [T0, T0 + 1, T0 + 2]
 
 
 def test_corrupt_payload_is_skipped_and_reported_after_the_rest(tmp_path):

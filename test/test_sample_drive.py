@@ -233,6 +233,27 @@ def test_bag_images_decode_to_the_right_size_and_camera_info_matches(short_bag_m
 
 
 @pytest.mark.ros
+def test_truncated_sample_bag_yields_a_prefix_then_raises(short_bag, short_bag_messages, tmp_path):
+    import shutil
+
+    from wam_diff2_ros.tools.bagio import BagReader, BagReadError
+
+    _, full = short_bag_messages
+    copy = tmp_path / "cut"
+    shutil.copytree(short_bag.path, copy)
+    (mcap,) = copy.glob("*.mcap")  # zstd-compressed chunks
+    data = mcap.read_bytes()
+    mcap.write_bytes(data[: len(data) // 2])
+    got = []
+    with BagReader(copy) as reader, pytest.raises(BagReadError, match=r"drive\.mcap.*byte"):
+        for m in reader.messages():
+            got.append(m)
+    assert 0 < len(got) < len(full)
+    assert [(m.topic, m.stamp_ns) for m in got] == [(m.topic, m.stamp_ns) for m in full[: len(got)]]
+    assert got[-1].msg == full[len(got) - 1].msg
+
+
+@pytest.mark.ros
 def test_raw_bag_carries_the_rendered_pixels(tmp_path):
     from wam_diff2_ros.tools.bagio import BagReader
 
@@ -253,6 +274,8 @@ def test_odometry_from_the_bag_evaluates_a_perfect_plan_as_exact(short_bag_messa
     _, msgs = short_bag_messages
     odom = [m.msg for m in msgs if m.topic == sd.SAMPLE_TOPICS["odometry"]]
     ego = EgoTrack.from_odometry(odom)
+    same = EgoTrack.from_odometry(m for m in msgs if m.topic == sd.SAMPLE_TOPICS["odometry"])  # BagMessages
+    assert np.array_equal(ego.x, same.x) and np.array_equal(ego.stamps_ns, same.stamps_ns)
     truth = sd.simulate_drive(4.0, seed=3)
     plan_stamp = int(truth.stamps_ns[10])
     perfect = ego.future_in_ego_frame(plan_stamp)

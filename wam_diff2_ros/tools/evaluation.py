@@ -42,6 +42,8 @@ def _yaw_from_quaternion(q: Any) -> float:
 
 
 def _odometry_sample(sample: Any, index: int) -> tuple[int, float, float, float]:
+    if hasattr(sample, "msg") and hasattr(sample.msg, "pose"):  # a bagio.BagMessage
+        sample = sample.msg
     if hasattr(sample, "header") and hasattr(sample, "pose"):
         stamp = int(sample.header.stamp.sec) * _NS + int(sample.header.stamp.nanosec)
         pose = sample.pose.pose
@@ -71,7 +73,8 @@ class EgoTrack:
 
     @classmethod
     def from_odometry(cls, samples: Iterable[Any], *, max_gap_s: float = 0.5) -> EgoTrack:
-        """From ``nav_msgs/Odometry`` messages or ``(stamp_ns, x, y, yaw)`` tuples (any order)."""
+        """From ``nav_msgs/Odometry`` messages (or bag messages holding them) or ``(stamp_ns, x, y,
+        yaw)`` tuples, in any order. The header stamp is the sample time."""
         rows = [_odometry_sample(s, i) for i, s in enumerate(samples)]
         if len(rows) < 2:
             raise ValueError(f"an ego track needs at least 2 odometry samples, got {len(rows)}")
