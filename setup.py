@@ -80,6 +80,8 @@ setup(
             "wam-diff2-make-tiny = wam_diff2_ros.tools.make_tiny:main",
             "wam-diff2-replay = wam_diff2_ros.tools.replay:main",
             "wam-diff2-bench = wam_diff2_ros.tools.bench:main",
+            "wam-diff2-build-interfaces = wam_diff2_ros.tools.build_interfaces:main",
+            "wam-diff2-make-sample-bag = wam_diff2_ros.tools.sample_drive:main",
         ],
     },
 )

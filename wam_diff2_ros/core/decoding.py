@@ -51,6 +51,10 @@ class DecodeConfig:
     eos_token_id: int = EOS_TOKEN_ID
 
     def __post_init__(self) -> None:
+        for name in ("temperature", "top_p", "confidence_threshold"):
+            value = getattr(self, name)
+            if value != value:  # NaN
+                raise DecodeConfigError(f"{name} is NaN")
         checks: list[tuple[bool, str]] = [
             (self.max_new_tokens >= 1, f"max_new_tokens must be >= 1, got {self.max_new_tokens}"),
             (self.block_size >= 1, f"block_size must be >= 1, got {self.block_size}"),
@@ -71,10 +75,6 @@ class DecodeConfig:
         for ok, message in checks:
             if not ok:
                 raise DecodeConfigError(message)
-        for name in ("temperature", "top_p", "confidence_threshold"):
-            value = getattr(self, name)
-            if value != value:  # NaN
-                raise DecodeConfigError(f"{name} is NaN")
 
     @property
     def num_blocks(self) -> int:
@@ -313,8 +313,8 @@ def block_diffusion_decode(
         finished |= (tokens == eos_id).any(dim=1)
         sync()
         timing.denoise += time.perf_counter() - denoise_started
-        if finished.all():
-            break
+        if finished.all() or block == num_blocks - 1:
+            break  # (the reference also commits the last block; nothing reads that cache entry)
         commit_started = time.perf_counter()
         backbone.commit(tokens, positions, step_mask, cache)
         sync()

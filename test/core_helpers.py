@@ -1,0 +1,43 @@
+"""Helpers shared by the core tests: cached tiny checkpoints and synthetic images."""
+
+from __future__ import annotations
+
+import atexit
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+_ROOT: Path | None = None
+_CACHE: dict[tuple, Path] = {}
+
+
+def _root() -> Path:
+    global _ROOT
+    if _ROOT is None:
+        _ROOT = Path(tempfile.mkdtemp(prefix="wam_diff2_tiny_"))
+        atexit.register(shutil.rmtree, _ROOT, True)
+    return _ROOT
+
+
+def tiny_checkpoint(**kwargs: Any) -> Path:
+    """A tiny checkpoint built once per test session for each distinct set of arguments (do not modify it)."""
+    from wam_diff2_ros.core.tiny import make_tiny_checkpoint
+
+    key = tuple(sorted(kwargs.items()))
+    if key not in _CACHE:
+        _CACHE[key] = make_tiny_checkpoint(_root() / f"tiny{len(_CACHE)}", **kwargs)
+    return _CACHE[key]
+
+
+def copy_checkpoint(source: Path, target: Path) -> Path:
+    """A writable copy of a checkpoint directory (for corruption tests)."""
+    shutil.copytree(source, target)
+    return target
+
+
+def noise_image(width: int, height: int, seed: int = 0) -> np.ndarray:
+    """A deterministic RGB uint8 noise image."""
+    return (np.random.RandomState(seed).rand(height, width, 3) * 255).astype(np.uint8)

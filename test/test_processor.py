@@ -1,0 +1,203 @@
+"""Image preprocessing and tokenisation: token counts, patch layout, chat rendering, padding, bad images."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from core_helpers import noise_image, tiny_checkpoint
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from PIL import Image
+
+from wam_diff2_ros.core.checkpoint import inspect_checkpoint, load_processor
+from wam_diff2_ros.core.processor import (
+    ImageInputError,
+    ImageProcessorConfig,
+    patchify,
+    preprocess_image,
+    resize_target_request,
+)
+from wam_diff2_ros.core.prompts import build_messages, build_planning_prompt
+
+IMAGE_PAD_ID = 151655
+QWEN3_VL_2B = ImageProcessorConfig()  # patch 16, merge 2, processor limits 65536..16777216 pixels
+
+
+@pytest.fixture(scope="module")
+def processor():
+    return load_processor(inspect_checkpoint(tiny_checkpoint()))
+
+
+# Counts of the reference pipeline (qwen-vl-utils resize + the checkpoint's Qwen2-VL fast image processor),
+# observed by running it on these sizes with the default limits min_pixels=12544, max_pixels=2073600.
+@pytest.mark.parametrize(
+    ("width", "height", "tokens", "grid"),
+    [
+        (1920, 1080, 1980, (1, 66, 120)),  # 1920x1056 after the first resize
+        (1600, 900, 1400, (1, 56, 100)),  # 1600x896
+        (640, 360, 220, (1, 22, 40)),
+        (100, 80, 64, (1, 16, 16)),  # 96x96 is below the processor's 256x256 floor -> upscaled to 256x256
+        (224, 224, 64, (1, 16, 16)),
+        (3000, 2000, 1980, (1, 72, 110)),  # scaled down to the 2073600-pixel budget
+    ],
+)
+def test_reference_image_token_counts(processor, width, height, tokens, grid):
+    inputs = processor([build_messages("Look: <image>", [noise_image(width, height)])])
+    assert inputs.num_image_tokens == [tokens]
+    assert int((inputs.input_ids == IMAGE_PAD_ID).sum()) == tokens
+    assert tuple(inputs.image_grid_thw[0].tolist()) == grid
+    assert inputs.pixel_values.shape == (grid[1] * grid[2], 3 * 2 * 16 * 16)
+
+
+def test_1080p_resize_is_1920x1056():
+    assert resize_target_request(1080, 1920, 32, 12544, 2073600) == (1056, 1920)
+    processed = preprocess_image(noise_image(1920, 1080), QWEN3_VL_2B)
+    assert processed.resized_size == (1920, 1056)
+    assert processed.num_tokens == 1980
+
+
+def test_first_resize_rounds_half_to_even():
+    # 1040 / 32 = 32.5 rounds to 32 (Python's round), 1072 / 32 = 33.5 rounds to 34.
+    assert resize_target_request(1040, 640, 32, 12544, 2073600)[0] == 1024
+    assert resize_target_request(1072, 640, 32, 12544, 2073600)[0] == 1088
+
+
+def test_pixel_limits_change_the_count(processor):
+    small = load_processor(inspect_checkpoint(tiny_checkpoint()), min_pixels=3136, max_pixels=200704)
+    image = noise_image(1920, 1080)
+    assert small([build_messages("<image>", [image])]).num_image_tokens == [180]
+    assert processor([build_messages("<image>", [image])]).num_image_tokens == [1980]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(min_value=32, max_value=4000),
+    st.integers(min_value=32, max_value=4000),
+    st.integers(min_value=1024, max_value=400_000),
+    st.integers(min_value=0, max_value=3_000_000),
+)
+def test_first_resize_respects_factor_and_budget(height, width, min_pixels, extra):
+    if max(height, width) / min(height, width) > 200:
+        return
+    max_pixels = min_pixels + extra
+    h, w = resize_target_request(height, width, 32, min_pixels, max_pixels)
+    assert h % 32 == 0 and w % 32 == 0 and h >= 32 and w >= 32
+    rounded = (max(32, round(height / 32) * 32), max(32, round(width / 32) * 32))
+    area = rounded[0] * rounded[1]
+    if area > max_pixels:
+        assert h * w <= max_pixels or min(h, w) == 32
+    elif area < min_pixels:
+        assert h * w >= min_pixels
+    else:
+        assert (h, w) == rounded
+
+
+def test_patch_layout_matches_transformers_image_processor():
+    transformers = pytest.importorskip("transformers")
+    cls = getattr(transformers, "Qwen2VLImageProcessorPil", None) or transformers.Qwen2VLImageProcessor
+    hf = cls(
+        patch_size=16,
+        temporal_patch_size=2,
+        merge_size=2,
+        min_pixels=65536,
+        max_pixels=16777216,
+        image_mean=[0.5, 0.5, 0.5],
+        image_std=[0.5, 0.5, 0.5],
+    )
+    image = noise_image(320, 256, seed=3)  # already a multiple of 32: no resize on either side
+    expected = hf(images=[image], do_resize=False, return_tensors="pt")
+    ours = preprocess_image(image, QWEN3_VL_2B)
+    assert tuple(expected["image_grid_thw"][0].tolist()) == ours.grid_thw == (1, 16, 20)
+    torch.testing.assert_close(ours.pixel_values, expected["pixel_values"].float(), atol=1e-6, rtol=0)
+
+
+def test_patchify_repeats_the_still_frame_in_time():
+    image = torch.arange(3 * 64 * 64, dtype=torch.float32).view(3, 64, 64)
+    flat, grid = patchify(image, QWEN3_VL_2B)
+    assert grid == (1, 4, 4)
+    patch = flat[0].view(3, 2, 16, 16)
+    torch.testing.assert_close(patch[:, 0], patch[:, 1])
+    torch.testing.assert_close(patch[:, 0], image[:, :16, :16])
+    # second patch of the first 2x2 merge window is the top row's second patch (merge-window order)
+    torch.testing.assert_close(flat[1].view(3, 2, 16, 16)[:, 0], image[:, :16, 16:32])
+    torch.testing.assert_close(flat[2].view(3, 2, 16, 16)[:, 0], image[:, 16:32, :16])
+
+
+def test_normalisation_is_x_minus_127_5_over_127_5():
+    image = np.zeros((64, 64, 3), dtype=np.uint8)
+    image[:, :, 1] = 255
+    out = preprocess_image(image, QWEN3_VL_2B).pixel_values.view(-1, 3, 2, 16, 16)
+    assert torch.all(out[:, 0] == -1.0) and torch.all(out[:, 1] == 1.0)
+
+
+def test_pil_rgba_and_mono_inputs_become_rgb():
+    mono = np.full((64, 64), 128, dtype=np.uint8)
+    rgba = Image.fromarray(np.full((64, 64, 4), 200, dtype=np.uint8), mode="RGBA")
+    for image in (mono, rgba):
+        assert preprocess_image(image, QWEN3_VL_2B).pixel_values.shape[1] == 1536
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        np.zeros((0, 0, 3), dtype=np.uint8),
+        np.zeros((10, 0, 3), dtype=np.uint8),
+        np.zeros((64, 64, 3), dtype=np.float32),
+        np.zeros((64, 64, 5), dtype=np.uint8),
+        np.zeros((1, 400, 3), dtype=np.uint8),  # aspect ratio 400 > 200
+    ],
+)
+def test_bad_images_raise_a_clear_error(bad):
+    with pytest.raises(ImageInputError):
+        preprocess_image(bad, QWEN3_VL_2B)
+
+
+def test_chat_rendering_matches_the_qwen3_vl_format(processor):
+    prompt = build_planning_prompt("right", (4.66, -0.09), (0.17, -1.53))
+    text = processor.render(build_messages(prompt, [noise_image(64, 64)]))
+    assert text == (
+        "<|im_start|>user\n"
+        "Here is a front-view images from a driving vehicle:"
+        "<|vision_start|><|image_pad|><|vision_end|>"
+        "The navigation information is: right\n"
+        "The current position is (0.00,0.00)\n"
+        "The current velocity is: (4.66,-0.09) and current accelerate is: (0.17,-1.53)\n"
+        "Instruction: Based on the visual motion cues from the image (such as the relative speed of other vehicles "
+        "and the changing distance to the intersection) and the provided telemetry, predict the optimal driving "
+        "action for the next 4 seconds with 8 new waypoints.<|im_end|>\n"
+        "<|im_start|>assistant\n"
+    )
+    system = processor.render(build_messages("hi", [], system="Be brief."))
+    assert system == "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+
+
+def test_special_tokens_keep_their_real_ids(processor):
+    inputs = processor([build_messages("x <image>", [noise_image(64, 64)])])
+    ids = inputs.input_ids[0].tolist()
+    assert ids[0] == 151644  # <|im_start|>
+    assert 151652 in ids and 151653 in ids  # vision start / end
+    assert ids[-5:-3] == [151645, 198]  # <|im_end|> "\n" before "<|im_start|>assistant\n"
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_batch_padding(processor, side):
+    short = build_messages("a <image>", [noise_image(64, 64)])
+    long = build_messages("a much longer question about the picture <image> with more words", [noise_image(64, 64)])
+    inputs = processor([short, long], padding_side=side)
+    mask = inputs.attention_mask
+    assert mask[1].all()
+    pads = int((mask[0] == 0).sum())
+    assert pads > 0
+    if side == "left":
+        assert not mask[0, :pads].any() and mask[0, pads:].all()
+    else:
+        assert mask[0, : mask.shape[1] - pads].all() and not mask[0, mask.shape[1] - pads :].any()
+    assert inputs.pixel_values.shape[0] == 2 * 256 and inputs.image_grid_thw.shape == (2, 3)  # 64x64 -> 256x256
+
+
+def test_placeholder_count_must_match_images(processor):
+    conversations = [build_messages("<image>", [noise_image(64, 64)])]
+    conversations[0][0]["content"].append({"type": "text", "text": "<|image_pad|>"})
+    with pytest.raises(ValueError, match="placeholders"):
+        processor(conversations)

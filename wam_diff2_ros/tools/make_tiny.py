@@ -1,0 +1,58 @@
+"""`wam-diff2-make-tiny DIR`: build a tiny random WAM-Diff2 checkpoint in the real format, offline."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; returns the exit code."""
+    parser = argparse.ArgumentParser(
+        prog="wam-diff2-make-tiny",
+        description="Build a tiny WAM-Diff2 checkpoint (real config format, safetensors, real Qwen3 tokenizer "
+        "and special-token ids, vision chat template) from a seed, without network access.",
+    )
+    parser.add_argument("out_dir", help="directory to create")
+    parser.add_argument("--seed", type=int, default=0, help="weight initialisation seed (default 0)")
+    parser.add_argument("--shards", type=int, default=1, help="split the weights into N safetensors shards")
+    parser.add_argument("--text-hidden", type=int, default=64)
+    parser.add_argument("--text-layers", type=int, default=2)
+    parser.add_argument("--vision-hidden", type=int, default=32)
+    parser.add_argument("--vision-depth", type=int, default=2)
+    parser.add_argument(
+        "--output-scale",
+        type=float,
+        default=60.0,
+        help="final-norm scale that makes the random model's proposals confident (0 = leave as initialised)",
+    )
+    parser.add_argument("--force", action="store_true", help="overwrite an existing non-empty directory")
+    args = parser.parse_args(argv)
+
+    out = Path(args.out_dir)
+    if out.exists() and any(out.iterdir()) and not args.force:
+        print(f"wam-diff2-make-tiny: error: {out} exists and is not empty (use --force)", file=sys.stderr)
+        return 2
+    if args.shards < 1:
+        print("wam-diff2-make-tiny: error: --shards must be >= 1", file=sys.stderr)
+        return 2
+    from wam_diff2_ros.core.tiny import make_tiny_checkpoint
+
+    path = make_tiny_checkpoint(
+        out,
+        seed=args.seed,
+        shards=args.shards,
+        output_scale=args.output_scale,
+        text_hidden=args.text_hidden,
+        text_layers=args.text_layers,
+        vision_hidden=args.vision_hidden,
+        vision_depth=args.vision_depth,
+    )
+    print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
