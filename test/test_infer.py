@@ -1,0 +1,161 @@
+"""`wam-diff2-infer` on a reference-format eval.json with a real tiny checkpoint."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from core_helpers import noise_image, tiny_checkpoint
+from PIL import Image
+
+from wam_diff2_ros.tools import infer
+
+PLANNING = (
+    "Here is a front-view images from a driving vehicle: <image>\nThe navigation information is: right\n"
+    "The current position is (0.00,0.00)\nThe current velocity is: (4.66,-0.09) and current accelerate is: "
+    "(0.17,-1.53)\nInstruction: Based on the visual motion cues from the image (such as the relative speed of other "
+    "vehicles and the changing distance to the intersection) and the provided telemetry, predict the optimal "
+    "driving action for the next 4 seconds with 8 new waypoints."
+)
+FAST = ["--max_new_tokens", "16", "--block_size", "8", "--device", "cpu", "--dtype", "float32", "--no_progress"]
+
+
+@pytest.fixture
+def eval_dir(tmp_path: Path) -> Path:
+    images = tmp_path / "data" / "imgs"
+    images.mkdir(parents=True)
+    for i in range(3):
+        Image.fromarray(noise_image(160, 96, seed=i)).save(images / f"{i}.png")
+    samples = [
+        {"datasource": "Navsim", "id": f"s{i}", "image": [f"imgs/{i}.png"],
+         "conversations": [{"from": "human", "value": PLANNING}, {"from": "gpt", "value": "2.26,-0.17"}]}
+        for i in range(2)
+    ]  # fmt: skip
+    samples.append({"id": "missing", "image": "imgs/nope.png", "conversations": [{"from": "human", "value": PLANNING}]})
+    samples.append(
+        {
+            "id": 7,
+            "image": ["imgs/0.png", "imgs/2.png"],
+            "conversations": [{"from": "human", "value": "Compare <image> with <image>."}],
+        }
+    )
+    samples.append(
+        {"id": "text", "conversations": [{"from": "system", "value": "Be brief."}, {"from": "human", "value": "hi"}]}
+    )
+    (tmp_path / "data" / "eval.json").write_text(json.dumps(samples))
+    return tmp_path
+
+
+def run(eval_dir: Path, *extra: str, output: str = "out/pred.json") -> tuple[int, list]:
+    code = infer.main(
+        ["--model_id", str(tiny_checkpoint()), "--input_file", str(eval_dir / "data" / "eval.json"),
+         "--output_file", str(eval_dir / output), *FAST, *extra]
+    )  # fmt: skip
+    path = eval_dir / output
+    return code, json.loads(path.read_text()) if path.exists() else []
+
+
+def test_predicts_every_sample_and_records_the_failure(eval_dir, monkeypatch):
+    monkeypatch.chdir(eval_dir)  # relative image paths resolve against the eval.json folder, not the cwd
+    code, records = run(eval_dir)
+    assert code == 0
+    assert [r["id"] for r in records] == ["s0", "s1", "missing", 7, "text"]
+    by_id = {r["id"]: r for r in records}
+    assert "image not found" in by_id["missing"]["error"] and by_id["missing"]["prediction"] == ""
+    for key in ("s0", "s1", 7, "text"):
+        record = by_id[key]
+        assert "error" not in record
+        assert {
+            "id",
+            "datasource",
+            "image",
+            "question",
+            "prediction",
+            "ground_truth",
+            "parsed",
+            "timing",
+        } <= record.keys()
+        assert record["timing"]["total_s"] > 0
+    assert by_id["s0"]["datasource"] == "Navsim" and by_id[7]["datasource"] == "navsim"
+    assert by_id["s0"]["ground_truth"] == "2.26,-0.17"
+    assert by_id["s0"]["question"] == PLANNING
+    assert by_id["s0"]["parsed"]["task"] == "planning" and by_id["s0"]["parsed"]["valid"] is False
+    assert by_id["s0"]["parsed"]["reason"]
+    assert by_id["text"]["parsed"] == {"task": "vqa", "answer": by_id["text"]["parsed"]["answer"]}
+    assert not [p for p in (eval_dir / "out").iterdir() if p.name != "pred.json"]  # no temp files left
+
+
+def test_resume_keeps_finished_samples_and_retries_failures(eval_dir):
+    run(eval_dir)
+    path = eval_dir / "out" / "pred.json"
+    records = json.loads(path.read_text())
+    records[0]["prediction"] = "kept from the first run"
+    path.write_text(json.dumps(records))
+    (eval_dir / "data" / "imgs" / "nope.png").write_bytes((eval_dir / "data" / "imgs" / "1.png").read_bytes())
+    code, resumed = run(eval_dir, "--resume")
+    assert code == 0
+    assert resumed[0]["prediction"] == "kept from the first run"
+    assert "error" not in resumed[2] and resumed[2]["parsed"]["task"] == "planning"
+
+
+def test_seeded_sampling_is_reproducible(eval_dir):
+    sampling = ["--temperature", "0.9", "--top_k", "20", "--seed", "5"]
+    _, first = run(eval_dir, *sampling, output="a.json")
+    _, second = run(eval_dir, *sampling, output="b.json")
+    assert [r.get("token_ids") for r in first] == [r.get("token_ids") for r in second]
+    _, greedy = run(eval_dir, output="g.json")
+    assert [r.get("token_ids") for r in greedy] != [r.get("token_ids") for r in first]
+
+
+def test_batches_give_one_record_per_sample(eval_dir):
+    code, records = run(eval_dir, "--batch_size", "3", "--padding_side", "right")
+    assert code == 0 and len(records) == 5
+    assert sum("error" in r for r in records) == 1
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (None, "input file not found"),
+        ("{not json", "is not valid JSON"),
+        ('{"id": 1}', "must hold a JSON list"),
+        ("[1, 2]", "sample 0 is a int"),
+    ],
+)
+def test_bad_input_file_exits_2_with_one_message(tmp_path, content, message):
+    path = tmp_path / "eval.json"
+    if content is not None:
+        path.write_text(content)
+    result = subprocess.run(
+        [sys.executable, "-m", "wam_diff2_ros.tools.infer", "--model_id", str(tiny_checkpoint()),
+         "--input_file", str(path), "--output_file", str(tmp_path / "o.json")],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 2
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and message in lines[0] and lines[0].startswith("wam-diff2-infer: error:")
+
+
+def test_data_parallel_ranks_merge_in_input_order(eval_dir):
+    _, single = run(eval_dir, output="single.json")
+    env = {**os.environ, "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1"}
+    command = [
+        sys.executable, "-m", "wam_diff2_ros.tools.infer", "--model_id", str(tiny_checkpoint()),
+        "--input_file", str(eval_dir / "data" / "eval.json"), "--output_file", str(eval_dir / "dp.json"), *FAST,
+    ]  # fmt: skip
+    ranks = [
+        subprocess.Popen(command, env={**env, "RANK": str(r), "LOCAL_RANK": str(r)}, stderr=subprocess.PIPE, text=True)
+        for r in (1, 0)
+    ]
+    for process in ranks:
+        _, stderr = process.communicate(timeout=300)
+        assert process.returncode == 0, stderr
+    merged = json.loads((eval_dir / "dp.json").read_text())
+    assert [r["id"] for r in merged] == [r["id"] for r in single]
+    assert [r.get("token_ids") for r in merged] == [r.get("token_ids") for r in single]
+    shard0 = json.loads((eval_dir / "dp.json.rank0-of-2.json").read_text())
+    assert [r["id"] for r in shard0] == ["s0", "s1", "missing"]  # the first rank takes the extra sample
