@@ -208,9 +208,7 @@ def parse_waypoints(
     for index, value in enumerate(numbers):
         if abs(value) > max_abs_coord_m:
             axis = "xy"[index % 2]
-            return _invalid(
-                f"waypoint {index // 2 + 1} {axis}={value:g} m is beyond ±{max_abs_coord_m:g} m", numbers
-            )
+            return _invalid(f"waypoint {index // 2 + 1} {axis}={value:g} m is beyond ±{max_abs_coord_m:g} m", numbers)
 
     waypoints: list[Waypoint] = []
     previous_x, previous_y, yaw = 0.0, 0.0, 0.0

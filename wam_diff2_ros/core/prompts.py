@@ -108,8 +108,7 @@ def _as_vector(value: Any) -> list[Any] | None:
 def _command_from_one_hot(original: Any, entries: list[Any]) -> NavigationCommand:
     if len(entries) != len(COMMAND_ORDER):
         raise ValueError(
-            f"one-hot navigation command must have {len(COMMAND_ORDER)} entries, "
-            f"got {len(entries)}: {original!r}"
+            f"one-hot navigation command must have {len(COMMAND_ORDER)} entries, got {len(entries)}: {original!r}"
         )
     values: list[float] = []
     for entry in entries:
@@ -118,9 +117,7 @@ def _command_from_one_hot(original: Any, entries: list[Any]) -> NavigationComman
         values.append(float(entry))
     hot = [i for i, v in enumerate(values) if v > 0.5]
     if len(hot) != 1:
-        raise ValueError(
-            f"one-hot navigation command needs exactly one entry > 0.5, got {len(hot)}: {original!r}"
-        )
+        raise ValueError(f"one-hot navigation command needs exactly one entry > 0.5, got {len(hot)}: {original!r}")
     others_zero = all(abs(v) <= _ONE_HOT_ZERO_TOLERANCE for i, v in enumerate(values) if i != hot[0])
     if not others_zero:
         raise ValueError(f"one-hot navigation command has non-zero entries besides the hot one: {original!r}")
@@ -181,9 +178,7 @@ def template_fields(template: str) -> list[str]:
     try:
         parsed = list(string.Formatter().parse(template))
     except ValueError as exc:
-        raise ValueError(
-            f"planning template has stray braces ({exc}); write literal braces as {{{{ }}}}"
-        ) from exc
+        raise ValueError(f"planning template has stray braces ({exc}); write literal braces as {{{{ }}}}") from exc
     fields: list[str] = []
     for _literal, field, spec, conversion in parsed:
         if field is None:
@@ -229,9 +224,7 @@ def resolve_planning_template(name_or_text: str) -> str:
         )
     missing = [f for f in REQUIRED_TEMPLATE_FIELDS if f not in fields]
     if missing:
-        raise ValueError(
-            f"planning template lacks required fields {', '.join('{' + f + '}' for f in missing)}"
-        )
+        raise ValueError(f"planning template lacks required fields {', '.join('{' + f + '}' for f in missing)}")
     if IMAGE_PLACEHOLDER not in name_or_text:
         raise ValueError(f"planning template has no {IMAGE_PLACEHOLDER} placeholder")
     return name_or_text
@@ -287,8 +280,7 @@ def _check_image_count(text: str, num_images: int) -> None:
     found = text.count(IMAGE_PLACEHOLDER)
     if found != expected:
         raise ValueError(
-            f"planning template has {found} {IMAGE_PLACEHOLDER} placeholder(s) "
-            f"but {expected} image(s) are given"
+            f"planning template has {found} {IMAGE_PLACEHOLDER} placeholder(s) but {expected} image(s) are given"
         )
 
 
@@ -361,7 +353,5 @@ def build_messages(
     messages: list[dict[str, Any]] = []
     if system is not None:
         messages.append({"role": "system", "content": [{"type": "text", "text": system}]})
-    messages.append(
-        {"role": "user", "content": split_prompt_with_images(user_text, images, image_fields=image_fields)}
-    )
+    messages.append({"role": "user", "content": split_prompt_with_images(user_text, images, image_fields=image_fields)})
     return messages
