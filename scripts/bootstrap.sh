@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Set up the project's virtual environments (idempotent; re-runs only what changed).
+#
+#   scripts/bootstrap.sh          .venv: torch (CPU 2.13.0 by default), the package with its ROS 2 (PyPI
+#                                 wheels), replay and test extras, and the package's own ROS messages.
+#   scripts/bootstrap.sh --tf457  .venv-tf457: the core engine against transformers 4.57.3 (the reference's pin).
+#
+# Environment: PYTHON (default python3), TORCH_SPEC (default "torch==2.13.0"; e.g. set it to a CUDA build's spec
+# on a GPU machine). On a fresh Debian machine run as root, missing system packages (python3-venv, python3-dev,
+# cmake, g++) are installed with apt-get; otherwise the script says which to install.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+PYTHON="${PYTHON:-python3}"
+TORCH_SPEC="${TORCH_SPEC:-torch==2.13.0}"
+MODE="${1:-main}"
+
+log() { printf '[bootstrap] %s\n' "$*" >&2; }
+
+ensure_system_packages() {
+  local missing=()
+  command -v "$PYTHON" >/dev/null 2>&1 || missing+=(python3)
+  "$PYTHON" -c "import ensurepip, venv" >/dev/null 2>&1 || missing+=(python3-venv)
+  "$PYTHON" -c "import sysconfig, os; assert os.path.exists(os.path.join(sysconfig.get_paths()['include'], 'Python.h'))" \
+    >/dev/null 2>&1 || missing+=(python3-dev)
+  if [ "$MODE" = main ]; then
+    command -v cmake >/dev/null 2>&1 || missing+=(cmake)
+    command -v g++ >/dev/null 2>&1 || missing+=(g++)
+  fi
+  [ ${#missing[@]} -eq 0 ] && return 0
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    log "installing system packages: ${missing[*]}"
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  else
+    log "missing system packages: ${missing[*]} (install them, e.g. sudo apt-get install ${missing[*]})"
+    exit 1
+  fi
+}
+
+stamp_of() {  # changes whenever what the venv is built from changes
+  cat setup.py pyproject.toml CMakeLists.txt package.xml msg/*.msg 2>/dev/null | sha256sum | cut -c1-16
+  printf '%s %s\n' "$TORCH_SPEC" "$MODE"
+}
+
+ensure_system_packages
+if [ "$MODE" = --tf457 ]; then
+  VENV=.venv-tf457
+  EXTRAS=".[test]"
+  EXTRA_SPECS=("transformers==4.57.3")
+else
+  VENV=.venv
+  EXTRAS=".[ros,replay,test]"
+  EXTRA_SPECS=()
+fi
+STAMP="$VENV/.bootstrap-$(stamp_of | sha256sum | cut -c1-16)"
+if [ -f "$STAMP" ]; then
+  log "$VENV is up to date"
+  exit 0
+fi
+[ -x "$VENV/bin/python" ] || { log "creating $VENV"; "$PYTHON" -m venv "$VENV"; }
+PIP=("$VENV/bin/python" -m pip --disable-pip-version-check -q)
+"${PIP[@]}" install --upgrade pip setuptools wheel
+log "installing $TORCH_SPEC"
+"${PIP[@]}" install "$TORCH_SPEC"
+log "installing the package ($EXTRAS ${EXTRA_SPECS[*]})"
+"${PIP[@]}" install -e "$EXTRAS" "${EXTRA_SPECS[@]}"
+if [ "$MODE" = main ]; then
+  log "building the package's ROS 2 messages"
+  "$VENV/bin/wam-diff2-build-interfaces"
+fi
+rm -f "$VENV"/.bootstrap-*
+touch "$STAMP"
+log "$VENV ready"
