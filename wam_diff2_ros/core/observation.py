@@ -1,0 +1,690 @@
+"""Observations for the planner: the latest sensor samples, checked for freshness and assembled.
+
+ROS-free (no rclpy import); the node and the rosbag replay tool share it. The ROS layer converts each
+incoming message into one of the sample types below (``ImageSample``, ``OdometrySample``,
+``AccelerationSample``, ``CommandSample``, ``CameraIntrinsics``) and hands it to an
+:class:`ObservationBuffer`; the planning worker calls :meth:`ObservationBuffer.assemble` with the
+current time (node clock, or bag time in a replay) and gets either one :class:`Observation` or the
+:class:`InputProblem` s that prevent one. Nothing is ever planned on data that fails a check.
+
+Checks (all times in nanoseconds; limits from :class:`SyncConfig`):
+
+* front image (camera 0): present and ``|now - stamp| <= max_image_age_ms``;
+* every other camera: the stored frame nearest to the front stamp is within ``max_skew_ms`` of it;
+* odometry: the sample nearest to the front stamp is within ``max_age_ms`` of it;
+* acceleration: from an ``AccelWithCovarianceStamped`` sample within ``max_age_ms`` of the front stamp
+  (``source`` ``topic``, or ``auto`` when one is fresh), otherwise derived from odometry with
+  :func:`derive_acceleration` (``source`` ``odometry``, or ``auto`` without a fresh topic sample);
+* command: the latest one; older than ``command_max_age_s`` (when > 0) or missing means the
+  configured default command, or no plan when there is no default.
+
+Acceleration filter (:func:`derive_acceleration`): a least-squares line through the odometry
+velocities ``vx(t)``, ``vy(t)`` (child frame, i.e. base_link) of the samples in the causal window
+``[t - window_s, t]`` ending at the odometry sample used for the plan; its slope is ``dv/dt``. With
+``include_centripetal`` the rotation of the body frame is added, ``a = dv/dt + ω × v``
+(``ax -= mean(ω·vy)``, ``ay += mean(ω·vx)`` over the window), which is what an IMU in base_link
+measures and what NAVSIM's ego acceleration holds (lateral acceleration in a turn). The estimate
+refers to the middle of the window (a lag of ``window_s / 2``); it needs ``min_samples`` samples
+spanning at least ``min_span_s``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import threading
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .prompts import NavigationCommand
+
+NS_PER_S = 1_000_000_000
+NS_PER_MS = 1_000_000
+
+ACCELERATION_SOURCES = ("auto", "topic", "odometry")
+
+
+class InputError(ValueError):
+    """A sensor sample that cannot be used (the message says why); the caller drops it."""
+
+
+def _finite(name: str, *values: float) -> None:
+    for value in values:
+        if not math.isfinite(value):
+            raise InputError(f"{name} contains a non-finite value ({value})")
+
+
+# --------------------------------------------------------------------------------------------------
+# Samples
+
+
+@dataclass(frozen=True)
+class CameraIntrinsics:
+    """Pinhole intrinsics of an image of ``width`` × ``height`` pixels (``source``: where they came from)."""
+
+    fx: float
+    fy: float
+    cx: float
+    cy: float
+    width: int
+    height: int
+    source: str = "camera_info"
+
+    def __post_init__(self) -> None:
+        _finite("camera intrinsics", self.fx, self.fy, self.cx, self.cy)
+        if self.fx <= 0 or self.fy <= 0:
+            raise InputError(f"camera intrinsics need positive focal lengths, got fx={self.fx}, fy={self.fy}")
+        if self.width <= 0 or self.height <= 0:
+            raise InputError(f"camera intrinsics need a positive image size, got {self.width}x{self.height}")
+
+    @classmethod
+    def pinhole_fallback(cls, width: int, height: int, hfov_deg: float) -> CameraIntrinsics:
+        """The documented fallback without CameraInfo: square pixels, principal point at the image centre,
+        ``fx = fy = width / (2 tan(hfov / 2))``."""
+        if not 0.0 < hfov_deg < 180.0:
+            raise InputError(f"horizontal field of view must be in (0, 180) degrees, got {hfov_deg}")
+        focal = width / (2.0 * math.tan(math.radians(hfov_deg) / 2.0))
+        return cls(focal, focal, width / 2.0, height / 2.0, width, height, source="fallback")
+
+    def scaled_to(self, width: int, height: int) -> CameraIntrinsics:
+        """These intrinsics for the same camera delivering ``width`` × ``height`` images (binning/resize)."""
+        if (width, height) == (self.width, self.height):
+            return self
+        sx, sy = width / self.width, height / self.height
+        return CameraIntrinsics(
+            self.fx * sx, self.fy * sy, self.cx * sx, self.cy * sy, width, height, source=self.source
+        )
+
+    def back_project(self, u: float, v: float, depth: float) -> tuple[float, float, float]:
+        """The point of pixel (u, v) at ``depth`` metres along the optical axis, in the optical frame
+        (z forward, x right, y down)."""
+        return ((u - self.cx) / self.fx * depth, (v - self.cy) / self.fy * depth, depth)
+
+    def project(self, x: float, y: float, z: float) -> tuple[float, float] | None:
+        """Pixel of an optical-frame point, None when it is not in front of the camera."""
+        if z <= 1e-6:
+            return None
+        return (self.fx * x / z + self.cx, self.fy * y / z + self.cy)
+
+
+class LazyImage:
+    """An image decoded on first use (and only once): callbacks store messages, the worker decodes.
+
+    ``load`` returns an HxWx3 uint8 RGB array or raises (any exception becomes :class:`InputError`).
+    """
+
+    def __init__(self, load: Callable[[], np.ndarray]) -> None:
+        self._load: Callable[[], np.ndarray] | None = load
+        self._image: np.ndarray | None = None
+        self._error: InputError | None = None
+        self._lock = threading.Lock()
+
+    @classmethod
+    def of(cls, image: np.ndarray) -> LazyImage:
+        """An already decoded image."""
+        lazy = cls(lambda: image)
+        lazy.get()
+        return lazy
+
+    def get(self) -> np.ndarray:
+        """The decoded RGB array (raises :class:`InputError` with the decoder's reason)."""
+        with self._lock:
+            if self._image is None and self._error is None:
+                assert self._load is not None
+                try:
+                    image = np.asarray(self._load())
+                    if image.dtype != np.uint8 or image.ndim != 3 or image.shape[2] != 3:
+                        raise InputError(f"decoder returned {image.dtype} {image.shape}, not HxWx3 uint8")
+                    if image.shape[0] == 0 or image.shape[1] == 0:
+                        raise InputError(f"image has no pixels ({image.shape[1]}x{image.shape[0]})")
+                    self._image = image
+                except InputError as exc:
+                    self._error = exc
+                except Exception as exc:  # a decoder may raise anything; the message keeps its reason
+                    self._error = InputError(f"{type(exc).__name__}: {exc}")
+                self._load = None  # release the message
+            if self._error is not None:
+                raise self._error
+            assert self._image is not None
+            return self._image
+
+    @property
+    def decoded(self) -> bool:
+        """True once decoding has been attempted."""
+        return self._load is None
+
+
+@dataclass(frozen=True)
+class ImageSample:
+    """One camera image as received: header stamp, receive time, frame and a lazily decoded picture."""
+
+    stamp_ns: int
+    receive_ns: int
+    frame_id: str
+    image: LazyImage
+    encoding: str = ""
+
+
+@dataclass(frozen=True)
+class OdometrySample:
+    """Ego velocity (m/s, child frame: x forward, y left) and yaw rate (rad/s) at ``stamp_ns``."""
+
+    stamp_ns: int
+    receive_ns: int
+    vx: float
+    vy: float
+    yaw_rate: float = 0.0
+
+    def __post_init__(self) -> None:
+        _finite("odometry twist", self.vx, self.vy, self.yaw_rate)
+
+
+@dataclass(frozen=True)
+class AccelerationSample:
+    """Ego linear acceleration (m/s², base_link: x forward, y left) at ``stamp_ns``."""
+
+    stamp_ns: int
+    receive_ns: int
+    ax: float
+    ay: float
+
+    def __post_init__(self) -> None:
+        _finite("acceleration", self.ax, self.ay)
+
+
+@dataclass(frozen=True)
+class CommandSample:
+    """A navigation command; ``stamp_ns`` is the header stamp, or the receive time for a header-less one."""
+
+    command: NavigationCommand
+    stamp_ns: int
+    receive_ns: int
+
+
+@dataclass(frozen=True)
+class CameraFrame:
+    """A decoded camera image used in an observation."""
+
+    camera: str
+    index: int
+    stamp_ns: int
+    receive_ns: int
+    frame_id: str
+    image: np.ndarray = field(repr=False)
+    intrinsics: CameraIntrinsics
+
+    @property
+    def width(self) -> int:
+        """Image width in pixels."""
+        return int(self.image.shape[1])
+
+    @property
+    def height(self) -> int:
+        """Image height in pixels."""
+        return int(self.image.shape[0])
+
+
+# --------------------------------------------------------------------------------------------------
+# Configuration
+
+
+@dataclass(frozen=True)
+class AccelerationFilterConfig:
+    """Parameters of :func:`derive_acceleration` (see the module docstring)."""
+
+    window_s: float = 0.4
+    min_samples: int = 3
+    min_span_s: float = 0.1
+    include_centripetal: bool = True
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.window_s) and self.window_s > 0):
+            raise ValueError(f"acceleration.window_s must be > 0, got {self.window_s}")
+        if self.min_samples < 2:
+            raise ValueError(f"acceleration.min_samples must be >= 2, got {self.min_samples}")
+        if not (math.isfinite(self.min_span_s) and 0 < self.min_span_s <= self.window_s):
+            raise ValueError(f"acceleration.min_span_s must be in (0, window_s={self.window_s}], got {self.min_span_s}")
+
+
+@dataclass(frozen=True)
+class SyncConfig:
+    """Freshness limits and input policies for :class:`ObservationBuffer` (see the module docstring)."""
+
+    max_skew_ms: float = 50.0
+    max_age_ms: float = 100.0
+    max_image_age_ms: float = 500.0
+    acceleration_source: str = "auto"
+    command_max_age_s: float = 0.0
+    default_command: NavigationCommand | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("max_skew_ms", "max_age_ms", "max_image_age_ms"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(f"sync.{name} must be > 0, got {value}")
+        if not (math.isfinite(self.command_max_age_s) and self.command_max_age_s >= 0):
+            raise ValueError(f"command.max_age_s must be >= 0, got {self.command_max_age_s}")
+        if self.acceleration_source not in ACCELERATION_SOURCES:
+            raise ValueError(
+                f"acceleration.source must be one of {', '.join(ACCELERATION_SOURCES)}, "
+                f"got {self.acceleration_source!r}"
+            )
+
+
+# --------------------------------------------------------------------------------------------------
+# Acceleration filter
+
+
+def derive_acceleration(
+    samples: Sequence[OdometrySample], at_ns: int, config: AccelerationFilterConfig
+) -> tuple[float, float]:
+    """Acceleration (ax, ay) in base_link from odometry ``samples`` (sorted by stamp) up to ``at_ns``.
+
+    Least-squares slope of the velocities over ``[at_ns - window_s, at_ns]`` plus, with
+    ``include_centripetal``, the window mean of ``ω × v``. Raises :class:`InputError` when the window
+    holds fewer than ``min_samples`` samples or they span less than ``min_span_s``.
+    """
+    start_ns = at_ns - round(config.window_s * NS_PER_S)
+    window = [s for s in samples if start_ns <= s.stamp_ns <= at_ns]
+    span_s = (window[-1].stamp_ns - window[0].stamp_ns) / NS_PER_S if window else 0.0
+    if len(window) < config.min_samples or span_s < config.min_span_s:
+        raise InputError(
+            f"not enough odometry history to derive acceleration ({len(window)} sample(s) over "
+            f"{span_s * 1000:.0f} ms in the last {config.window_s * 1000:.0f} ms; need {config.min_samples} "
+            f"over {config.min_span_s * 1000:.0f} ms)"
+        )
+    t = np.array([(s.stamp_ns - at_ns) / NS_PER_S for s in window])
+    vx = np.array([s.vx for s in window])
+    vy = np.array([s.vy for s in window])
+    t_centred = t - t.mean()
+    denominator = float(np.dot(t_centred, t_centred))
+    ax = float(np.dot(t_centred, vx - vx.mean()) / denominator)
+    ay = float(np.dot(t_centred, vy - vy.mean()) / denominator)
+    if config.include_centripetal:
+        omega = np.array([s.yaw_rate for s in window])
+        ax -= float(np.mean(omega * vy))
+        ay += float(np.mean(omega * vx))
+    return ax, ay
+
+
+# --------------------------------------------------------------------------------------------------
+# Assembly
+
+
+@dataclass(frozen=True)
+class InputProblem:
+    """Why an input cannot be used now: ``input`` names it (``image_0 (front)``, ``odometry``, ...)."""
+
+    input: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.input}: {self.reason}"
+
+
+@dataclass(frozen=True)
+class Observation:
+    """Everything one plan is made from; ``stamp_ns`` is the front image's stamp (the plan's stamp)."""
+
+    stamp_ns: int
+    frames: tuple[CameraFrame, ...]
+    command: NavigationCommand
+    command_source: str  # "topic" or "default"
+    velocity: tuple[float, float]
+    acceleration: tuple[float, float]
+    acceleration_source: str  # "topic" or "odometry"
+    odometry_stamp_ns: int
+    acceleration_stamp_ns: int | None = None
+    assembled_ns: int = 0  # the clock reading the checks used
+
+    @property
+    def front(self) -> CameraFrame:
+        """The first (front) camera's frame."""
+        return self.frames[0]
+
+    @property
+    def images(self) -> list[np.ndarray]:
+        """The RGB arrays in prompt order (camera list order)."""
+        return [f.image for f in self.frames]
+
+
+@dataclass(frozen=True)
+class AssemblyResult:
+    """An observation, or the problems that prevent one (``idle``: nothing new to plan on, no problem)."""
+
+    observation: Observation | None
+    problems: tuple[InputProblem, ...] = ()
+    idle: bool = False
+
+
+def _ms(ns: int) -> float:
+    return ns / NS_PER_MS
+
+
+class ObservationBuffer:
+    """The latest samples of every input (short histories), thread-safe; assembles observations.
+
+    ``camera_names[0]`` is the front camera. ``image_history`` frames per camera are kept so a camera
+    whose newest frame is a little ahead of the front one can still contribute its matching frame;
+    odometry and acceleration keep ``history_s`` seconds. A sample whose stamp goes back by more than
+    the history (a bag restarting, a sim clock reset) clears that input's history first.
+    """
+
+    def __init__(
+        self,
+        camera_names: Sequence[str],
+        sync: SyncConfig | None = None,
+        acceleration_filter: AccelerationFilterConfig | None = None,
+        fallback_hfov_deg: float = 70.0,
+        image_history: int = 4,
+        history_s: float = 2.0,
+    ) -> None:
+        if not camera_names:
+            raise ValueError("at least one camera is needed")
+        self.camera_names = tuple(camera_names)
+        self.sync = sync or SyncConfig()
+        self.acceleration_filter = acceleration_filter or AccelerationFilterConfig()
+        self.fallback_hfov_deg = fallback_hfov_deg
+        self._history_ns = round(history_s * NS_PER_S)
+        self._lock = threading.Lock()
+        self._images: list[deque[ImageSample]] = [deque(maxlen=image_history) for _ in self.camera_names]
+        self._intrinsics: list[CameraIntrinsics | None] = [None] * len(self.camera_names)
+        self._odometry: list[OdometrySample] = []
+        self._acceleration: list[AccelerationSample] = []
+        self._command: CommandSample | None = None
+
+    # ---- naming
+
+    def input_name(self, index: int) -> str:
+        """Diagnostic name of camera ``index``: ``image_<index> (<camera name>)``."""
+        return f"image_{index} ({self.camera_names[index]})"
+
+    # ---- storing
+
+    def add_image(self, index: int, sample: ImageSample) -> None:
+        """Store a frame of camera ``index`` (newest last; an older stamp than the newest clears the history
+        when it jumps back by more than the history, else it is inserted in order)."""
+        with self._lock:
+            frames = self._images[index]
+            if frames and sample.stamp_ns < frames[-1].stamp_ns - self._history_ns:
+                frames.clear()
+            if frames and sample.stamp_ns < frames[-1].stamp_ns:
+                items = sorted([*frames, sample], key=lambda s: s.stamp_ns)
+                frames.clear()
+                frames.extend(items[-frames.maxlen :] if frames.maxlen else items)
+            else:
+                frames.append(sample)
+
+    def set_intrinsics(self, index: int, intrinsics: CameraIntrinsics | None) -> None:
+        """Store the CameraInfo intrinsics of camera ``index`` (None: use the fallback pinhole)."""
+        with self._lock:
+            self._intrinsics[index] = intrinsics
+
+    def _insert(self, history: list[Any], sample: Any) -> None:
+        if history and sample.stamp_ns < history[-1].stamp_ns - self._history_ns:
+            history.clear()
+        stamps = [s.stamp_ns for s in history]
+        position = bisect.bisect_left(stamps, sample.stamp_ns)
+        if position < len(history) and history[position].stamp_ns == sample.stamp_ns:
+            history[position] = sample
+        else:
+            history.insert(position, sample)
+        cutoff = history[-1].stamp_ns - self._history_ns
+        while history and history[0].stamp_ns < cutoff:
+            history.pop(0)
+
+    def add_odometry(self, sample: OdometrySample) -> None:
+        """Store an odometry sample (already checked finite by :class:`OdometrySample`)."""
+        with self._lock:
+            self._insert(self._odometry, sample)
+
+    def add_acceleration(self, sample: AccelerationSample) -> None:
+        """Store an acceleration sample."""
+        with self._lock:
+            self._insert(self._acceleration, sample)
+
+    def add_command(self, sample: CommandSample) -> None:
+        """Store the latest navigation command."""
+        with self._lock:
+            self._command = sample
+
+    def clear(self) -> None:
+        """Forget every stored sample (node deactivation, replay restart)."""
+        with self._lock:
+            for frames in self._images:
+                frames.clear()
+            self._intrinsics = [None] * len(self.camera_names)
+            self._odometry.clear()
+            self._acceleration.clear()
+            self._command = None
+
+    # ---- reading
+
+    def latest_stamp(self, index: int = 0) -> int | None:
+        """Stamp of the newest frame of camera ``index`` (None without one)."""
+        with self._lock:
+            frames = self._images[index]
+            return frames[-1].stamp_ns if frames else None
+
+    def input_ages_ms(self, now_ns: int) -> dict[str, float | None]:
+        """Age (now − newest stamp, ms) of every input, None for inputs never received (for diagnostics)."""
+        with self._lock:
+            ages: dict[str, float | None] = {}
+            for index, frames in enumerate(self._images):
+                ages[self.input_name(index)] = _ms(now_ns - frames[-1].stamp_ns) if frames else None
+            ages["odometry"] = _ms(now_ns - self._odometry[-1].stamp_ns) if self._odometry else None
+            ages["acceleration"] = _ms(now_ns - self._acceleration[-1].stamp_ns) if self._acceleration else None
+            ages["command"] = _ms(now_ns - self._command.stamp_ns) if self._command else None
+            return ages
+
+    def _decode(self, index: int, sample: ImageSample) -> CameraFrame:
+        """Decode a stored frame; a frame that fails is removed so it is reported once, not retried."""
+        try:
+            image = sample.image.get()
+        except InputError:
+            with self._lock:
+                frames = self._images[index]
+                if sample in frames:
+                    frames.remove(sample)
+            raise
+        height, width = int(image.shape[0]), int(image.shape[1])
+        with self._lock:
+            intrinsics = self._intrinsics[index]
+        if intrinsics is None:
+            intrinsics = CameraIntrinsics.pinhole_fallback(width, height, self.fallback_hfov_deg)
+        else:
+            intrinsics = intrinsics.scaled_to(width, height)
+        return CameraFrame(
+            camera=self.camera_names[index],
+            index=index,
+            stamp_ns=sample.stamp_ns,
+            receive_ns=sample.receive_ns,
+            frame_id=sample.frame_id,
+            image=image,
+            intrinsics=intrinsics,
+        )
+
+    def _front_problem(self, front: ImageSample | None, now_ns: int) -> InputProblem | None:
+        name = self.input_name(0)
+        if front is None:
+            return InputProblem(name, "no image received")
+        age_ns = now_ns - front.stamp_ns
+        limit = self.sync.max_image_age_ms
+        if _ms(age_ns) > limit:
+            return InputProblem(name, f"newest image is {_ms(age_ns):.0f} ms old (limit {limit:g} ms)")
+        if _ms(-age_ns) > limit:
+            return InputProblem(name, f"newest image stamp is {_ms(-age_ns):.0f} ms in the future (limit {limit:g} ms)")
+        return None
+
+    def latest_frames(self, indices: Sequence[int], now_ns: int) -> tuple[list[CameraFrame], list[InputProblem]]:
+        """Decoded newest frames of the given cameras that are at most ``max_image_age_ms`` old (for
+        detection and VQA); problems for the others."""
+        frames: list[CameraFrame] = []
+        problems: list[InputProblem] = []
+        for index in indices:
+            with self._lock:
+                stored = self._images[index]
+                sample = stored[-1] if stored else None
+            name = self.input_name(index)
+            if sample is None:
+                problems.append(InputProblem(name, "no image received"))
+                continue
+            age_ms = _ms(now_ns - sample.stamp_ns)
+            if abs(age_ms) > self.sync.max_image_age_ms:
+                problems.append(
+                    InputProblem(name, f"newest image is {age_ms:.0f} ms old (limit {self.sync.max_image_age_ms:g} ms)")
+                )
+                continue
+            try:
+                frames.append(self._decode(index, sample))
+            except InputError as exc:
+                problems.append(InputProblem(name, f"image dropped: {exc}"))
+        return frames, problems
+
+    def assemble(self, now_ns: int, after_stamp_ns: int | None = None) -> AssemblyResult:
+        """One observation at ``now_ns`` (see the module docstring), or the problems preventing it.
+
+        With ``after_stamp_ns`` (the stamp of the last planned front frame) a front frame that is not newer
+        gives an ``idle`` result without problems, as long as it is still fresh.
+        """
+        with self._lock:
+            front = self._images[0][-1] if self._images[0] else None
+            others = [list(frames) for frames in self._images[1:]]
+            odometry = list(self._odometry)
+            accelerations = list(self._acceleration)
+            command_sample = self._command
+
+        problem = self._front_problem(front, now_ns)
+        if problem is not None:
+            return AssemblyResult(None, (problem,))
+        assert front is not None
+        if after_stamp_ns is not None and front.stamp_ns <= after_stamp_ns:
+            return AssemblyResult(None, (), idle=True)
+        stamp = front.stamp_ns
+        problems: list[InputProblem] = []
+
+        # Other cameras: the stored frame nearest to the front stamp.
+        chosen: list[tuple[int, ImageSample]] = [(0, front)]
+        for offset, frames in enumerate(others):
+            index = offset + 1
+            name = self.input_name(index)
+            if not frames:
+                problems.append(InputProblem(name, "no image received"))
+                continue
+            nearest = min(frames, key=lambda s: abs(s.stamp_ns - stamp))
+            skew = _ms(nearest.stamp_ns - stamp)
+            if abs(skew) > self.sync.max_skew_ms:
+                problems.append(
+                    InputProblem(
+                        name,
+                        f"nearest image is {skew:+.0f} ms from the front image (limit ±{self.sync.max_skew_ms:g} ms)",
+                    )
+                )
+                continue
+            chosen.append((index, nearest))
+
+        # Odometry: nearest sample to the front stamp.
+        odometry_sample: OdometrySample | None = None
+        if not odometry:
+            problems.append(InputProblem("odometry", "no odometry received"))
+        else:
+            odometry_sample = min(odometry, key=lambda s: abs(s.stamp_ns - stamp))
+            offset_ms = _ms(odometry_sample.stamp_ns - stamp)
+            if abs(offset_ms) > self.sync.max_age_ms:
+                problems.append(
+                    InputProblem(
+                        "odometry",
+                        f"nearest odometry is {offset_ms:+.0f} ms from the front image "
+                        f"(limit ±{self.sync.max_age_ms:g} ms)",
+                    )
+                )
+                odometry_sample = None
+
+        acceleration, acceleration_source, acceleration_stamp, accel_problem = self._acceleration_for(
+            stamp, odometry, odometry_sample, accelerations
+        )
+        if accel_problem is not None:
+            problems.append(accel_problem)
+
+        command, command_source, command_problem = self._command_for(now_ns, command_sample)
+        if command_problem is not None:
+            problems.append(command_problem)
+
+        if problems:
+            return AssemblyResult(None, tuple(problems))
+
+        frames_out: list[CameraFrame] = []
+        for index, sample in chosen:
+            try:
+                frames_out.append(self._decode(index, sample))
+            except InputError as exc:
+                problems.append(InputProblem(self.input_name(index), f"image dropped: {exc}"))
+        if problems:
+            return AssemblyResult(None, tuple(problems))
+        assert odometry_sample is not None and acceleration is not None and command is not None
+        observation = Observation(
+            stamp_ns=stamp,
+            frames=tuple(frames_out),
+            command=command,
+            command_source=command_source,
+            velocity=(odometry_sample.vx, odometry_sample.vy),
+            acceleration=acceleration,
+            acceleration_source=acceleration_source,
+            odometry_stamp_ns=odometry_sample.stamp_ns,
+            acceleration_stamp_ns=acceleration_stamp,
+            assembled_ns=now_ns,
+        )
+        return AssemblyResult(observation)
+
+    def _acceleration_for(
+        self,
+        stamp: int,
+        odometry: list[OdometrySample],
+        odometry_sample: OdometrySample | None,
+        accelerations: list[AccelerationSample],
+    ) -> tuple[tuple[float, float] | None, str, int | None, InputProblem | None]:
+        source = self.sync.acceleration_source
+        topic_problem: str | None = None
+        if source in ("auto", "topic"):
+            if accelerations:
+                nearest = min(accelerations, key=lambda s: abs(s.stamp_ns - stamp))
+                offset_ms = _ms(nearest.stamp_ns - stamp)
+                if abs(offset_ms) <= self.sync.max_age_ms:
+                    return (nearest.ax, nearest.ay), "topic", nearest.stamp_ns, None
+                topic_problem = (
+                    f"nearest acceleration is {offset_ms:+.0f} ms from the front image "
+                    f"(limit ±{self.sync.max_age_ms:g} ms)"
+                )
+            else:
+                topic_problem = "no acceleration received"
+            if source == "topic":
+                return None, "topic", None, InputProblem("acceleration", topic_problem)
+        if odometry_sample is None:
+            # The odometry problem is already reported; deriving needs a usable odometry sample.
+            return None, "odometry", None, None
+        try:
+            derived = derive_acceleration(odometry, odometry_sample.stamp_ns, self.acceleration_filter)
+        except InputError as exc:
+            return None, "odometry", None, InputProblem("acceleration", str(exc))
+        return derived, "odometry", None, None
+
+    def _command_for(
+        self, now_ns: int, sample: CommandSample | None
+    ) -> tuple[NavigationCommand | None, str, InputProblem | None]:
+        default = self.sync.default_command
+        hint = "" if default is not None else " (set command.default to plan without one)"
+        if sample is None:
+            if default is not None:
+                return default, "default", None
+            return None, "", InputProblem("command", "no navigation command received" + hint)
+        max_age = self.sync.command_max_age_s
+        age_s = (now_ns - sample.stamp_ns) / NS_PER_S
+        if max_age > 0 and age_s > max_age:
+            if default is not None:
+                return default, "default", None
+            return None, "", InputProblem("command", f"latest command is {age_s:.1f} s old (limit {max_age:g} s){hint}")
+        return sample.command, "topic", None

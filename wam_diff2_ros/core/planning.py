@@ -1,0 +1,310 @@
+"""The per-instant inference pipeline: observation → prompt → decode → parse → result (ROS-free).
+
+:class:`InferencePipeline` wraps an engine (:class:`wam_diff2_ros.core.engine.Engine`, or any object with
+the same ``generate`` and ``name``) and turns
+
+* an :class:`~wam_diff2_ros.core.observation.Observation` into a :class:`PlanResult`
+  (:meth:`InferencePipeline.plan`),
+* one camera frame into a :class:`DetectionResult` (:meth:`InferencePipeline.detect`),
+* a question and frames into an :class:`AnswerResult` (:meth:`InferencePipeline.answer`).
+
+The node and the rosbag replay tool both call it, so a replay reproduces the node's answers for the
+same inputs. An unusable model answer is a result (``valid=False`` with a reason), never an exception;
+inputs the processor rejects raise :class:`PlanningInputError`; anything the engine raises otherwise
+propagates to the caller (the node reports it as an ERROR diagnostic and keeps running).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
+
+from .decoding import DecodeConfig
+from .observation import CameraFrame, CameraIntrinsics, Observation
+from .parsing import Detection, Waypoint, clean_answer, parse_detections, parse_waypoints
+from .processor import ImageInputError
+from .prompts import build_detection_prompt, build_planning_prompt, build_vqa_prompt, resolve_planning_template
+
+DEFAULT_DETECTION_CATEGORIES = ("car", "truck", "bus", "pedestrian", "cyclist", "traffic light", "traffic sign")
+
+
+class PlanningInputError(ValueError):
+    """The observation cannot be turned into model input (the processor or prompt builder refused it)."""
+
+
+class EngineLike(Protocol):
+    """What the pipeline needs from an engine."""
+
+    name: str
+
+    def generate(
+        self, prompt: str, images: Sequence[Any] = (), decode: DecodeConfig | None = None, system: str | None = None
+    ) -> Any:
+        """Decode one prompt; returns an object like :class:`wam_diff2_ros.core.engine.Generation`."""
+        ...
+
+
+@dataclass(frozen=True)
+class StageTiming:
+    """Milliseconds per stage of one inference (``end_to_end_ms`` is filled in when publishing)."""
+
+    preprocess_ms: float = 0.0
+    vision_ms: float = 0.0
+    prefill_ms: float = 0.0
+    denoise_ms: float = 0.0
+    commit_ms: float = 0.0
+    total_ms: float = 0.0
+    end_to_end_ms: float = 0.0
+
+    @classmethod
+    def from_generation(cls, generation: Any, wall_s: float | None = None) -> StageTiming:
+        """From a Generation's ``timing`` (seconds); ``wall_s`` replaces a missing total."""
+        timing = getattr(generation, "timing", None)
+
+        def ms(name: str) -> float:
+            value = getattr(timing, name, 0.0) if timing is not None else 0.0
+            return float(value) * 1000.0 if value is not None and math.isfinite(float(value)) else 0.0
+
+        total = ms("total_s")
+        if total == 0.0 and wall_s is not None:
+            total = wall_s * 1000.0
+        return cls(ms("preprocess_s"), ms("vision_s"), ms("prefill_s"), ms("denoise_s"), ms("commit_s"), total)
+
+    def with_end_to_end(self, end_to_end_ms: float) -> StageTiming:
+        """A copy with ``end_to_end_ms`` set."""
+        return replace(self, end_to_end_ms=float(end_to_end_ms))
+
+    def summary(self) -> str:
+        """One log line: ``total 812 ms (pre 50, vision 128, prefill 38, denoise 577, commit 5)``."""
+        return (
+            f"total {self.total_ms:.0f} ms (pre {self.preprocess_ms:.0f}, vision {self.vision_ms:.0f}, "
+            f"prefill {self.prefill_ms:.0f}, denoise {self.denoise_ms:.0f}, commit {self.commit_ms:.0f})"
+            + (f", end-to-end {self.end_to_end_ms:.0f} ms" if self.end_to_end_ms else "")
+        )
+
+
+@dataclass(frozen=True)
+class PlanningConfig:
+    """How plans, detections and answers are asked for and read.
+
+    ``template``: a built-in template name or custom text (see :mod:`wam_diff2_ros.core.prompts`);
+    ``system``: a system turn, None for none (the trained model uses none). Detection and VQA use
+    ``decode`` with their own ``max_new_tokens``.
+    """
+
+    template: str = "navsim"
+    system: str | None = None
+    decode: DecodeConfig = field(default_factory=DecodeConfig)
+    num_waypoints: int = 8
+    waypoint_dt_s: float = 0.5
+    max_abs_coord_m: float = 100.0
+    max_step_m: float = 20.0
+    detection_categories: tuple[str, ...] = DEFAULT_DETECTION_CATEGORIES
+    detection_max_new_tokens: int = 512
+    vqa_max_new_tokens: int = 128
+
+    def __post_init__(self) -> None:
+        resolve_planning_template(self.template)  # raises ValueError with the reason
+        if self.num_waypoints < 1:
+            raise ValueError(f"planning.num_waypoints must be >= 1, got {self.num_waypoints}")
+        for name in ("waypoint_dt_s", "max_abs_coord_m", "max_step_m"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(f"planning.{name} must be > 0, got {value}")
+        build_detection_prompt(self.detection_categories)  # checks the categories
+        for name in ("detection_max_new_tokens", "vqa_max_new_tokens"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+
+    @property
+    def detection_decode(self) -> DecodeConfig:
+        """Decoding parameters for detection."""
+        return self.decode.with_overrides(max_new_tokens=self.detection_max_new_tokens)
+
+    @property
+    def vqa_decode(self) -> DecodeConfig:
+        """Decoding parameters for VQA."""
+        return self.decode.with_overrides(max_new_tokens=self.vqa_max_new_tokens)
+
+
+@dataclass(frozen=True)
+class PlanResult:
+    """The outcome of one planning inference. ``valid`` False: ``reason`` says why, ``waypoints`` is empty."""
+
+    observation: Observation = field(repr=False)
+    prompt: str
+    raw_text: str
+    valid: bool
+    reason: str
+    waypoints: tuple[Waypoint, ...]
+    timing: StageTiming
+    steps_per_block: tuple[int, ...]
+    finished: bool
+    model: str
+
+    @property
+    def stamp_ns(self) -> int:
+        """The plan's stamp: the front image's stamp."""
+        return self.observation.stamp_ns
+
+
+@dataclass(frozen=True)
+class DetectionResult:
+    """Detections on one camera frame (boxes in pixels of the original image)."""
+
+    camera: str
+    camera_index: int
+    stamp_ns: int
+    frame_id: str
+    width: int
+    height: int
+    intrinsics: CameraIntrinsics
+    detections: tuple[Detection, ...]
+    skipped: int
+    reason: str
+    raw_text: str
+    prompt: str
+    timing: StageTiming
+    steps_per_block: tuple[int, ...]
+    model: str
+    image: Any = field(default=None, repr=False, compare=False)  # the RGB array, for the debug image
+
+
+@dataclass(frozen=True)
+class AnswerResult:
+    """A VQA answer about the given frames; ``stamp_ns`` is the first frame's stamp."""
+
+    question: str
+    answer: str
+    raw_text: str
+    cameras: tuple[str, ...]
+    stamp_ns: int
+    timing: StageTiming
+    model: str
+
+
+def _generate(
+    engine: EngineLike, prompt: str, images: list[Any], decode: DecodeConfig, system: str | None
+) -> tuple[Any, float]:
+    started = time.perf_counter()
+    try:
+        generation = engine.generate(prompt, images, decode=decode, system=system)
+    except ImageInputError as exc:
+        raise PlanningInputError(f"image rejected by the processor: {exc}") from exc
+    return generation, time.perf_counter() - started
+
+
+class InferencePipeline:
+    """Observation → prompt → engine → parsed result, for planning, detection and VQA."""
+
+    def __init__(self, engine: EngineLike, config: PlanningConfig | None = None) -> None:
+        self.engine = engine
+        self.config = config or PlanningConfig()
+
+    @property
+    def model_name(self) -> str:
+        """The engine's checkpoint name."""
+        return str(getattr(self.engine, "name", "unknown"))
+
+    def planning_prompt(self, observation: Observation) -> str:
+        """The NAVSIM prompt for ``observation`` (raises :class:`PlanningInputError` for bad telemetry)."""
+        try:
+            return build_planning_prompt(
+                observation.command,
+                observation.velocity,
+                observation.acceleration,
+                template=self.config.template,
+                num_images=len(observation.frames),
+            )
+        except ValueError as exc:
+            raise PlanningInputError(f"cannot build the planning prompt: {exc}") from exc
+
+    def plan(self, observation: Observation) -> PlanResult:
+        """Ask for waypoints for ``observation`` and parse them (an unusable answer gives ``valid=False``)."""
+        prompt = self.planning_prompt(observation)
+        generation, wall_s = _generate(self.engine, prompt, observation.images, self.config.decode, self.config.system)
+        text = str(generation.text)
+        parsed = parse_waypoints(
+            text,
+            num_waypoints=self.config.num_waypoints,
+            dt=self.config.waypoint_dt_s,
+            max_abs_coord_m=self.config.max_abs_coord_m,
+            max_step_m=self.config.max_step_m,
+        )
+        reason = parsed.reason
+        if not parsed.valid and not getattr(generation, "finished", True):
+            reason += f" (no end token within {self.config.decode.max_new_tokens} new tokens)"
+        return PlanResult(
+            observation=observation,
+            prompt=prompt,
+            raw_text=text,
+            valid=parsed.valid,
+            reason="" if parsed.valid else reason,
+            waypoints=parsed.waypoints,
+            timing=StageTiming.from_generation(generation, wall_s),
+            steps_per_block=tuple(int(s) for s in getattr(generation, "steps_per_block", ())),
+            finished=bool(getattr(generation, "finished", True)),
+            model=self.model_name,
+        )
+
+    def detect(self, frame: CameraFrame, categories: Sequence[str] | None = None) -> DetectionResult:
+        """Detect ``categories`` (default: the configured ones) in one frame."""
+        prompt = build_detection_prompt(list(categories or self.config.detection_categories), num_images=1)
+        generation, wall_s = _generate(
+            self.engine, prompt, [frame.image], self.config.detection_decode, self.config.system
+        )
+        text = str(generation.text)
+        parsed = parse_detections(text, frame.width, frame.height)
+        return DetectionResult(
+            camera=frame.camera,
+            camera_index=frame.index,
+            stamp_ns=frame.stamp_ns,
+            frame_id=frame.frame_id,
+            width=frame.width,
+            height=frame.height,
+            intrinsics=frame.intrinsics,
+            detections=parsed.detections,
+            skipped=parsed.skipped,
+            reason=parsed.reason,
+            raw_text=text,
+            prompt=prompt,
+            timing=StageTiming.from_generation(generation, wall_s),
+            steps_per_block=tuple(int(s) for s in getattr(generation, "steps_per_block", ())),
+            model=self.model_name,
+            image=frame.image,
+        )
+
+    def answer(self, question: str, frames: Sequence[CameraFrame]) -> AnswerResult:
+        """Answer a free-text question about ``frames`` (in order); raises ``ValueError`` for an empty question."""
+        if not frames:
+            raise PlanningInputError("no camera frame to answer about")
+        prompt = build_vqa_prompt(question, num_images=len(frames))
+        generation, wall_s = _generate(
+            self.engine, prompt, [f.image for f in frames], self.config.vqa_decode, self.config.system
+        )
+        text = str(generation.text)
+        return AnswerResult(
+            question=question.strip(),
+            answer=clean_answer(text),
+            raw_text=text,
+            cameras=tuple(f.camera for f in frames),
+            stamp_ns=frames[0].stamp_ns,
+            timing=StageTiming.from_generation(generation, wall_s),
+            model=self.model_name,
+        )
+
+
+def release_device_cache(device: Any) -> None:
+    """Return cached, unused accelerator memory to the driver (no-op on CPU or without torch)."""
+    kind = getattr(device, "type", str(device))
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - torch is a dependency
+        return
+    if kind == "cuda" and torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    elif kind == "npu" and hasattr(torch, "npu"):
+        torch.npu.empty_cache()

@@ -1,0 +1,534 @@
+"""The node's parameters: names, defaults, descriptions, validation into a :class:`NodeConfig`.
+
+No rclpy import: the node declares :data:`PARAMETER_SPECS` and validates what it reads with
+:meth:`NodeConfig.from_parameters`; the replay tool reads the same YAML with
+:func:`load_parameters_file` and gets the same :class:`NodeConfig`. Every problem is collected and
+raised together as one :class:`ParameterError` naming each parameter.
+
+``config/wam_diff2.yaml`` documents every parameter (a test keeps it in step with this table).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from wam_diff2_ros.core.decoding import REMASKING_STRATEGIES, DecodeConfig, DecodeConfigError
+from wam_diff2_ros.core.observation import ACCELERATION_SOURCES, AccelerationFilterConfig, SyncConfig
+from wam_diff2_ros.core.planning import DEFAULT_DETECTION_CATEGORIES, PlanningConfig
+from wam_diff2_ros.core.processor import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS
+from wam_diff2_ros.core.prompts import (
+    IMAGE_PLACEHOLDER,
+    PLANNING_TEMPLATES,
+    parse_navigation_command,
+    resolve_planning_template,
+)
+
+DEFAULT_NODE_NAME = "wam_diff2"
+TRANSPORTS = ("raw", "compressed")
+RELIABILITIES = ("best_effort", "reliable")
+DURABILITIES = ("volatile", "transient_local")
+QOS_INPUTS = ("image", "camera_info", "odometry", "acceleration", "command")
+DEVICES_HINT = "auto, cpu, cuda, cuda:N, npu, npu:N"
+DTYPES = ("bfloat16", "float16", "float32")
+
+
+class ParameterError(ValueError):
+    """One or more parameters are invalid; the message lists every problem."""
+
+
+@dataclass(frozen=True)
+class ParameterSpec:
+    """A parameter: dotted name, default value and a one-line description."""
+
+    name: str
+    default: Any
+    description: str
+
+
+def _qos_specs(name: str, reliability: str, depth: int, durability: str = "volatile") -> list[ParameterSpec]:
+    return [
+        ParameterSpec(f"qos.{name}.reliability", reliability, f"{name} subscription reliability: best_effort|reliable"),
+        ParameterSpec(f"qos.{name}.depth", depth, f"{name} subscription queue depth (KEEP_LAST)"),
+        ParameterSpec(
+            f"qos.{name}.durability", durability, f"{name} subscription durability: volatile|transient_local"
+        ),
+    ]
+
+
+PARAMETER_SPECS: tuple[ParameterSpec, ...] = (
+    ParameterSpec(
+        "autostart", True, "configure and activate at start (plain `ros2 run`); false: wait for lifecycle transitions"
+    ),
+    ParameterSpec("model.path", "", "checkpoint directory (config.json, *.safetensors, tokenizer); required"),
+    ParameterSpec("model.device", "auto", f"device: {DEVICES_HINT}"),
+    ParameterSpec("model.dtype", "bfloat16", "weight dtype: bfloat16|float16|float32 (float32 on CPU)"),
+    ParameterSpec("model.min_pixels", DEFAULT_MIN_PIXELS, "smallest image area after the processor's resize"),
+    ParameterSpec("model.max_pixels", DEFAULT_MAX_PIXELS, "largest image area after the processor's resize"),
+    ParameterSpec("model.unload_on_deactivate", False, "deactivate also unloads the model (activate reloads it)"),
+    ParameterSpec(
+        "model.warmup", False, "run one short decode at configure so the first plan is not slowed by lazy init"
+    ),
+    ParameterSpec("decoding.max_new_tokens", 128, "response token budget for plans (rounded up to whole blocks)"),
+    ParameterSpec("decoding.block_size", 32, "tokens per diffusion block"),
+    ParameterSpec("decoding.denoising_steps", 32, "maximum denoising steps per block"),
+    ParameterSpec("decoding.temperature", 0.0, "sampling temperature; 0 = greedy"),
+    ParameterSpec("decoding.top_k", 0, "top-k sampling; 0 = off"),
+    ParameterSpec("decoding.top_p", 1.0, "nucleus sampling mass in (0, 1]; 1 = off"),
+    ParameterSpec("decoding.remasking_strategy", "low_confidence_dynamic", "|".join(REMASKING_STRATEGIES)),
+    ParameterSpec("decoding.confidence_threshold", 0.9, "low_confidence_dynamic unmasking threshold in (0, 1]"),
+    ParameterSpec("decoding.seed", -1, "random seed for sampling; -1 = none"),
+    ParameterSpec("prompt.template", "navsim", f"planning template: {'|'.join(PLANNING_TEMPLATES)} or custom text"),
+    ParameterSpec("prompt.system", "", "system turn text; empty = no system turn (as trained)"),
+    ParameterSpec(
+        "cameras.names", ["front"], "camera names; the first is the front camera; prompt image order = list order"
+    ),
+    ParameterSpec("cameras.transports", ["raw"], "per camera raw|compressed (one entry applies to all)"),
+    ParameterSpec(
+        "cameras.frame_ids", [""], "per camera optical frame used when header.frame_id is empty ('' = <name>_optical)"
+    ),
+    ParameterSpec("cameras.fallback_hfov_deg", 70.0, "horizontal FOV of the pinhole used without CameraInfo"),
+    ParameterSpec("planning.rate_hz", 2.0, "planning rate on the node clock; 0 = on each new front image"),
+    ParameterSpec("planning.frame_id", "base_link", "frame of the Path / trajectory / path markers"),
+    ParameterSpec("planning.num_waypoints", 8, "waypoints the model answers with"),
+    ParameterSpec("planning.waypoint_dt_s", 0.5, "time between waypoints (pose i at (i+1)·dt)"),
+    ParameterSpec("planning.max_abs_coord_m", 100.0, "answers with a coordinate beyond this are invalid"),
+    ParameterSpec("planning.max_step_m", 20.0, "answers with a step between waypoints longer than this are invalid"),
+    ParameterSpec("sync.max_skew_ms", 50.0, "other cameras' stamps within this of the front image stamp"),
+    ParameterSpec("sync.max_age_ms", 100.0, "odometry/acceleration stamps within this of the front image stamp"),
+    ParameterSpec("sync.max_image_age_ms", 500.0, "front image at most this old on the node clock (sim time aware)"),
+    *_qos_specs("image", "best_effort", 1),
+    *_qos_specs("camera_info", "best_effort", 1),
+    *_qos_specs("odometry", "best_effort", 1),
+    *_qos_specs("acceleration", "best_effort", 1),
+    *_qos_specs("command", "reliable", 1),
+    ParameterSpec("acceleration.source", "auto", "auto (topic when fresh, else derived) | topic | odometry"),
+    ParameterSpec("acceleration.window_s", 0.4, "odometry window of the derived acceleration (least-squares slope)"),
+    ParameterSpec("acceleration.min_samples", 3, "odometry samples the derivation needs in the window"),
+    ParameterSpec("acceleration.min_span_s", 0.1, "time those samples must span"),
+    ParameterSpec("acceleration.include_centripetal", True, "add ω × v (what an IMU in base_link measures)"),
+    ParameterSpec(
+        "command.default", "", "command used without a (fresh) one: left|straight|right|unknown; '' = no plan"
+    ),
+    ParameterSpec("command.max_age_s", 0.0, "a command older than this counts as missing; 0 = never expires"),
+    ParameterSpec("detection.rate_hz", 0.0, "detection rate on the node clock; 0 = off"),
+    ParameterSpec("detection.categories", list(DEFAULT_DETECTION_CATEGORIES), "categories asked for"),
+    ParameterSpec("detection.camera", "", "camera to run detection on; '' = the front camera"),
+    ParameterSpec("detection.max_new_tokens", 512, "detection answer budget (>= 512 recommended: JSON is long)"),
+    ParameterSpec("detection.marker_depth_m", 10.0, "depth of the plane the detection markers are drawn on"),
+    ParameterSpec("vqa.enabled", True, "answer questions on ~/input/question"),
+    ParameterSpec("vqa.max_new_tokens", 128, "answer token budget"),
+    ParameterSpec("vqa.cameras", [""], "cameras whose latest images go with a question; [''] = all"),
+    ParameterSpec("markers.lifetime_s", 0.0, "marker lifetime; 0 = one planning (detection) period, 1 s when rate 0"),
+    ParameterSpec("diagnostics.period_s", 1.0, "period of /diagnostics"),
+    ParameterSpec("diagnostics.warn_throttle_s", 5.0, "the same input problem is logged at most once per this"),
+    ParameterSpec("diagnostics.invalid_rate_window", 20, "plans over which the invalid-answer rate is computed"),
+    ParameterSpec("debug.image", True, "publish ~/debug/image (front image, detections, path)"),
+    ParameterSpec(
+        "debug.camera_pose",
+        [0.0],
+        "front camera body pose in base_link [x, y, z, roll, pitch, yaw] "
+        "(m, rad; REP 103) to draw the path into the image; [0.0] = bird's-eye inset only",
+    ),
+)
+
+SPEC_BY_NAME: dict[str, ParameterSpec] = {spec.name: spec for spec in PARAMETER_SPECS}
+
+
+@dataclass(frozen=True)
+class QosSettings:
+    """Subscription QoS of one input."""
+
+    reliability: str
+    depth: int
+    durability: str
+
+
+@dataclass(frozen=True)
+class CameraConfig:
+    """One camera: name, transport (raw|compressed), optical frame used when the header has none."""
+
+    name: str
+    transport: str
+    frame_id: str
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    """Validated node parameters (see :data:`PARAMETER_SPECS` for the meaning of each)."""
+
+    values: Mapping[str, Any] = field(repr=False)
+    autostart: bool
+    model_path: str
+    device: str
+    dtype: str
+    min_pixels: int
+    max_pixels: int
+    unload_on_deactivate: bool
+    warmup: bool
+    decode: DecodeConfig
+    template: str
+    system: str | None
+    cameras: tuple[CameraConfig, ...]
+    fallback_hfov_deg: float
+    rate_hz: float
+    frame_id: str
+    sync: SyncConfig
+    qos: Mapping[str, QosSettings]
+    acceleration_filter: AccelerationFilterConfig
+    planning: PlanningConfig
+    detection_rate_hz: float
+    detection_camera: int
+    detection_marker_depth_m: float
+    vqa_enabled: bool
+    vqa_cameras: tuple[int, ...]
+    marker_lifetime_s: float
+    detection_marker_lifetime_s: float
+    diagnostics_period_s: float
+    warn_throttle_s: float
+    invalid_rate_window: int
+    debug_image: bool
+    debug_camera_pose: tuple[float, float, float, float, float, float] | None
+
+    @property
+    def camera_names(self) -> tuple[str, ...]:
+        """Camera names in prompt order."""
+        return tuple(c.name for c in self.cameras)
+
+    @classmethod
+    def from_parameters(cls, values: Mapping[str, Any], require_model: bool = True) -> NodeConfig:
+        """Validate ``values`` (parameter name → value; missing names take their defaults).
+
+        Raises :class:`ParameterError` listing every problem. ``require_model=False`` accepts an empty
+        ``model.path`` (tests of the parameter layer).
+        """
+        reader = _Reader({**{s.name: s.default for s in PARAMETER_SPECS}, **dict(values)})
+        return reader.build(cls, require_model)
+
+
+class _Reader:
+    """Reads typed values and collects problems."""
+
+    def __init__(self, values: dict[str, Any]) -> None:
+        self.values = values
+        self.errors: list[str] = []
+
+    def fail(self, name: str, problem: str) -> None:
+        self.errors.append(f"{name}: {problem}")
+
+    def boolean(self, name: str) -> bool:
+        value = self.values[name]
+        if isinstance(value, bool):
+            return value
+        self.fail(name, f"expected true or false, got {value!r}")
+        return bool(SPEC_BY_NAME[name].default)
+
+    def integer(self, name: str, minimum: int | None = None) -> int:
+        value = self.values[name]
+        if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, float) and value.is_integer():
+                value = int(value)
+            else:
+                self.fail(name, f"expected an integer, got {value!r}")
+                return int(SPEC_BY_NAME[name].default)
+        if minimum is not None and value < minimum:
+            self.fail(name, f"must be >= {minimum}, got {value}")
+        return int(value)
+
+    def number(self, name: str, minimum: float | None = None, positive: bool = False) -> float:
+        value = self.values[name]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(float(value)):
+            self.fail(name, f"expected a finite number, got {value!r}")
+            return float(SPEC_BY_NAME[name].default)
+        number = float(value)
+        if positive and number <= 0:
+            self.fail(name, f"must be > 0, got {number:g}")
+        if minimum is not None and number < minimum:
+            self.fail(name, f"must be >= {minimum:g}, got {number:g}")
+        return number
+
+    def text(self, name: str, choices: Sequence[str] | None = None) -> str:
+        value = self.values[name]
+        if not isinstance(value, str):
+            self.fail(name, f"expected a string, got {value!r}")
+            return str(SPEC_BY_NAME[name].default)
+        if choices is not None and value not in choices:
+            self.fail(name, f"must be one of {', '.join(choices)}, got {value!r}")
+        return value
+
+    def strings(self, name: str) -> list[str]:
+        value = self.values[name]
+        if isinstance(value, str):
+            return [value]
+        if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+            return list(value)
+        if isinstance(value, (list, tuple, bytes)) and len(value) == 0:
+            return []
+        self.fail(name, f"expected a list of strings, got {value!r}")
+        return list(SPEC_BY_NAME[name].default)
+
+    def numbers(self, name: str) -> list[float]:
+        value = self.values[name]
+        if isinstance(value, (list, tuple)) and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(float(v)) for v in value
+        ):
+            return [float(v) for v in value]
+        if isinstance(value, (list, tuple, bytes)) and len(value) == 0:
+            return []
+        self.fail(name, f"expected a list of finite numbers, got {value!r}")
+        return []
+
+    # ---- sections
+
+    def _decode(self) -> DecodeConfig:
+        seed = self.integer("decoding.seed", minimum=-1)
+        try:
+            return DecodeConfig(
+                max_new_tokens=self.integer("decoding.max_new_tokens", 1),
+                block_size=self.integer("decoding.block_size", 1),
+                denoising_steps=self.integer("decoding.denoising_steps", 1),
+                temperature=self.number("decoding.temperature", minimum=0.0),
+                top_k=self.integer("decoding.top_k", 0),
+                top_p=self.number("decoding.top_p"),
+                remasking_strategy=self.text("decoding.remasking_strategy", REMASKING_STRATEGIES),
+                confidence_threshold=self.number("decoding.confidence_threshold"),
+                seed=None if seed < 0 else seed,
+            )
+        except DecodeConfigError as exc:
+            self.fail("decoding", str(exc))
+            return DecodeConfig()
+
+    def _cameras(self) -> tuple[CameraConfig, ...]:
+        names = [n.strip() for n in self.strings("cameras.names")]
+        if not names:
+            self.fail("cameras.names", "at least one camera is needed")
+            return (CameraConfig("front", "raw", "front_optical"),)
+        for name in names:
+            if not name or not all(c.isalnum() or c == "_" for c in name):
+                self.fail("cameras.names", f"camera name {name!r} must be non-empty letters, digits or _")
+        if len(set(names)) != len(names):
+            self.fail("cameras.names", f"camera names must be unique, got {names}")
+        transports = self.strings("cameras.transports") or ["raw"]
+        if len(transports) == 1:
+            transports = transports * len(names)
+        if len(transports) != len(names):
+            self.fail("cameras.transports", f"needs 1 or {len(names)} entries, got {len(transports)}")
+            transports = ["raw"] * len(names)
+        for transport in transports:
+            if transport not in TRANSPORTS:
+                self.fail("cameras.transports", f"entries must be raw or compressed, got {transport!r}")
+        frame_ids = self.strings("cameras.frame_ids") or [""]
+        if len(frame_ids) == 1 and len(names) > 1 and frame_ids[0] == "":
+            frame_ids = frame_ids * len(names)
+        if len(frame_ids) != len(names):
+            self.fail("cameras.frame_ids", f"needs {len(names)} entries (or ['']), got {len(frame_ids)}")
+            frame_ids = [""] * len(names)
+        return tuple(
+            CameraConfig(name, transport, frame_id or f"{name}_optical")
+            for name, transport, frame_id in zip(names, transports, frame_ids, strict=True)
+        )
+
+    def _camera_index(self, name: str, cameras: Sequence[CameraConfig], value: str) -> int:
+        if value == "":
+            return 0
+        for index, camera in enumerate(cameras):
+            if camera.name == value:
+                return index
+        self.fail(name, f"unknown camera {value!r}; cameras.names is {[c.name for c in cameras]}")
+        return 0
+
+    def _qos(self) -> dict[str, QosSettings]:
+        return {
+            name: QosSettings(
+                reliability=self.text(f"qos.{name}.reliability", RELIABILITIES),
+                depth=self.integer(f"qos.{name}.depth", 1),
+                durability=self.text(f"qos.{name}.durability", DURABILITIES),
+            )
+            for name in QOS_INPUTS
+        }
+
+    def _template(self, cameras: Sequence[CameraConfig]) -> str:
+        template = self.text("prompt.template")
+        try:
+            text = resolve_planning_template(template)
+        except ValueError as exc:
+            self.fail("prompt.template", str(exc))
+            return "navsim"
+        count = text.count(IMAGE_PLACEHOLDER)
+        if count != len(cameras):
+            self.fail(
+                "prompt.template",
+                f"has {count} {IMAGE_PLACEHOLDER} placeholder(s) but {len(cameras)} camera(s) are configured; "
+                f"write a custom template with one {IMAGE_PLACEHOLDER} per camera, in cameras.names order",
+            )
+        return template
+
+    def build(self, cls: type[NodeConfig], require_model: bool) -> NodeConfig:
+        model_path = self.text("model.path").strip()
+        if require_model and not model_path:
+            self.fail("model.path", "is empty; set it to a checkpoint directory (-p model.path:=/path/to/ckpt)")
+        elif model_path and not Path(model_path).expanduser().is_dir():
+            self.fail("model.path", f"{model_path!r} is not a directory")
+        device = self.text("model.device").strip()
+        base = device.split(":", 1)[0]
+        if base not in ("auto", "cpu", "cuda", "npu") or (":" in device and not device.split(":", 1)[1].isdigit()):
+            self.fail("model.device", f"expected {DEVICES_HINT}, got {device!r}")
+        dtype = self.text("model.dtype", DTYPES)
+        min_pixels = self.integer("model.min_pixels", 1)
+        max_pixels = self.integer("model.max_pixels", 1)
+        if max_pixels < min_pixels:
+            self.fail("model.max_pixels", f"{max_pixels} is smaller than model.min_pixels {min_pixels}")
+        decode = self._decode()
+        cameras = self._cameras()
+        template = self._template(cameras)
+        system_text = self.text("prompt.system")
+        rate_hz = self.number("planning.rate_hz", minimum=0.0)
+        frame_id = self.text("planning.frame_id").strip()
+        if not frame_id:
+            self.fail("planning.frame_id", "must not be empty")
+
+        sync = SyncConfig()
+        default_command_text = self.text("command.default").strip()
+        default_command = None
+        if default_command_text:
+            try:
+                default_command = parse_navigation_command(default_command_text)
+            except ValueError as exc:
+                self.fail("command.default", str(exc))
+        try:
+            sync = SyncConfig(
+                max_skew_ms=self.number("sync.max_skew_ms", positive=True),
+                max_age_ms=self.number("sync.max_age_ms", positive=True),
+                max_image_age_ms=self.number("sync.max_image_age_ms", positive=True),
+                acceleration_source=self.text("acceleration.source", ACCELERATION_SOURCES),
+                command_max_age_s=self.number("command.max_age_s", minimum=0.0),
+                default_command=default_command,
+            )
+        except ValueError as exc:
+            self.fail("sync", str(exc))
+        acceleration_filter = AccelerationFilterConfig()
+        try:
+            acceleration_filter = AccelerationFilterConfig(
+                window_s=self.number("acceleration.window_s", positive=True),
+                min_samples=self.integer("acceleration.min_samples", 2),
+                min_span_s=self.number("acceleration.min_span_s", positive=True),
+                include_centripetal=self.boolean("acceleration.include_centripetal"),
+            )
+        except ValueError as exc:
+            self.fail("acceleration", str(exc))
+
+        planning = PlanningConfig()
+        categories = tuple(c.strip() for c in self.strings("detection.categories"))
+        try:
+            planning = PlanningConfig(
+                template=template if not any(e.startswith("prompt.template") for e in self.errors) else "navsim",
+                system=system_text or None,
+                decode=decode,
+                num_waypoints=self.integer("planning.num_waypoints", 1),
+                waypoint_dt_s=self.number("planning.waypoint_dt_s", positive=True),
+                max_abs_coord_m=self.number("planning.max_abs_coord_m", positive=True),
+                max_step_m=self.number("planning.max_step_m", positive=True),
+                detection_categories=categories,
+                detection_max_new_tokens=self.integer("detection.max_new_tokens", 1),
+                vqa_max_new_tokens=self.integer("vqa.max_new_tokens", 1),
+            )
+        except (ValueError, DecodeConfigError) as exc:
+            self.fail("planning/detection", str(exc))
+
+        detection_rate_hz = self.number("detection.rate_hz", minimum=0.0)
+        detection_camera = self._camera_index("detection.camera", cameras, self.text("detection.camera").strip())
+        vqa_names = [n.strip() for n in self.strings("vqa.cameras") if n.strip()]
+        vqa_cameras = tuple(self._camera_index("vqa.cameras", cameras, n) for n in vqa_names) or tuple(
+            range(len(cameras))
+        )
+        lifetime = self.number("markers.lifetime_s", minimum=0.0)
+        plan_lifetime = lifetime or (1.0 / rate_hz if rate_hz > 0 else 1.0)
+        detection_lifetime = lifetime or (1.0 / detection_rate_hz if detection_rate_hz > 0 else 1.0)
+        pose_values = self.numbers("debug.camera_pose")
+        pose: tuple[float, float, float, float, float, float] | None = None
+        if len(pose_values) == 6:
+            pose = (pose_values[0], pose_values[1], pose_values[2], pose_values[3], pose_values[4], pose_values[5])
+        elif pose_values not in ([], [0.0]):
+            self.fail("debug.camera_pose", f"needs 6 numbers [x, y, z, roll, pitch, yaw] or [0.0], got {pose_values}")
+
+        config = cls(
+            values=dict(self.values),
+            autostart=self.boolean("autostart"),
+            model_path=model_path,
+            device=device,
+            dtype=dtype,
+            min_pixels=min_pixels,
+            max_pixels=max_pixels,
+            unload_on_deactivate=self.boolean("model.unload_on_deactivate"),
+            warmup=self.boolean("model.warmup"),
+            decode=decode,
+            template=template,
+            system=system_text or None,
+            cameras=cameras,
+            fallback_hfov_deg=self.number("cameras.fallback_hfov_deg", positive=True),
+            rate_hz=rate_hz,
+            frame_id=frame_id or "base_link",
+            sync=sync,
+            qos=self._qos(),
+            acceleration_filter=acceleration_filter,
+            planning=planning,
+            detection_rate_hz=detection_rate_hz,
+            detection_camera=detection_camera,
+            detection_marker_depth_m=self.number("detection.marker_depth_m", positive=True),
+            vqa_enabled=self.boolean("vqa.enabled"),
+            vqa_cameras=vqa_cameras,
+            marker_lifetime_s=plan_lifetime,
+            detection_marker_lifetime_s=detection_lifetime,
+            diagnostics_period_s=self.number("diagnostics.period_s", positive=True),
+            warn_throttle_s=self.number("diagnostics.warn_throttle_s", minimum=0.0),
+            invalid_rate_window=self.integer("diagnostics.invalid_rate_window", 1),
+            debug_image=self.boolean("debug.image"),
+            debug_camera_pose=pose,
+        )
+        if not 0 < config.fallback_hfov_deg < 180:
+            self.fail("cameras.fallback_hfov_deg", f"must be in (0, 180), got {config.fallback_hfov_deg:g}")
+        unknown = sorted(set(self.values) - set(SPEC_BY_NAME) - {"use_sim_time", "start_type_description_service"})
+        known_prefixes = tuple(s.name.split(".")[0] + "." for s in PARAMETER_SPECS if "." in s.name)
+        for name in unknown:
+            if name.startswith(known_prefixes):
+                self.fail(name, "unknown parameter (misspelt?)")
+        if self.errors:
+            raise ParameterError("invalid parameters:\n  " + "\n  ".join(self.errors))
+        return config
+
+
+def flatten_parameters(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested YAML mappings → dotted parameter names (``{"model": {"path": x}}`` → ``{"model.path": x}``)."""
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(flatten_parameters(value, f"{name}."))
+        else:
+            flat[name] = value
+    return flat
+
+
+def load_parameters_file(path: str | Path, node_name: str = DEFAULT_NODE_NAME) -> dict[str, Any]:
+    """Parameters a ``--params-file`` YAML gives node ``node_name``: ``/**`` first, then sections that name
+    the node (``wam_diff2``, ``/wam_diff2``, ``/<ns>/wam_diff2``), later ones winning, as rcl applies them."""
+    import yaml
+
+    with open(path, encoding="utf-8") as stream:
+        document = yaml.safe_load(stream) or {}
+    if not isinstance(document, Mapping):
+        raise ParameterError(f"{path}: expected a mapping of node names to ros__parameters")
+    result: dict[str, Any] = {}
+    ordered = sorted(document.items(), key=lambda item: 0 if item[0] == "/**" else 1)
+    for key, section in ordered:
+        key = str(key)
+        matches = key == "/**" or key.strip("/").split("/")[-1] == node_name
+        if not matches:
+            continue
+        if not isinstance(section, Mapping) or "ros__parameters" not in section:
+            raise ParameterError(f"{path}: section {key!r} has no ros__parameters")
+        result.update(flatten_parameters(section["ros__parameters"] or {}))
+    return result

@@ -1,0 +1,267 @@
+"""The node's message-level core without an rclpy node: messages in, output messages out.
+
+:class:`PlannerRuntime` is what the node wires to DDS and what the rosbag replay tool drives with
+bag messages and bag time, so both run exactly the same observation → prompt → decode → parse →
+output-message path:
+
+1. for every input message call the matching ``on_*`` method with its receive time (node clock, or
+   the bag's receive time); each returns None or the :class:`InputProblem` that made it drop the
+   message (corrupt JPEG, unknown encoding, NaN, zero stamp, unknown command ...);
+2. at each planning instant call :meth:`PlannerRuntime.plan` with the current time; the returned
+   :class:`PlanCycle` holds the Path / PlannedTrajectory / MarkerArray / debug Image to publish, or the
+   problems that prevented a plan (``idle``: no new front image, nothing to report);
+3. likewise :meth:`PlannerRuntime.detect` at detection instants and :meth:`PlannerRuntime.answer` for
+   questions.
+
+Timing: ``end_to_end_ms`` is ``clock() − image stamp`` when the output is built, with the clock given
+to the constructor (the node clock; a replay passes its bag clock).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from wam_diff2_ros.core.observation import NS_PER_MS, InputError, InputProblem, ObservationBuffer
+from wam_diff2_ros.core.planning import (
+    AnswerResult,
+    DetectionResult,
+    EngineLike,
+    InferencePipeline,
+    PlanningInputError,
+    PlanResult,
+)
+
+from . import conversions, outputs
+from .debug_image import draw_debug_image
+from .params import NodeConfig
+
+
+@dataclass
+class PlanCycle:
+    """One planning instant: the result and its messages, or why there is none."""
+
+    result: PlanResult | None = None
+    problems: tuple[InputProblem, ...] = ()
+    idle: bool = False
+    path: Any = None  # nav_msgs/Path, only for a valid plan
+    trajectory: Any = None  # PlannedTrajectory (None without the package's messages)
+    markers: Any = None  # MarkerArray
+    debug_image: Any = None  # sensor_msgs/Image
+    end_to_end_ms: float = 0.0
+
+
+@dataclass
+class DetectionCycle:
+    """One detection instant."""
+
+    result: DetectionResult | None = None
+    problems: tuple[InputProblem, ...] = ()
+    detections: Any = None  # DetectionArray
+    detections_2d: Any = None  # vision_msgs/Detection2DArray where installed
+    markers: Any = None
+    debug_image: Any = None
+    end_to_end_ms: float = 0.0
+
+
+@dataclass
+class AnswerCycle:
+    """One answered (or unanswerable) question."""
+
+    result: AnswerResult | None = None
+    problems: tuple[InputProblem, ...] = ()
+    message: Any = None  # std_msgs/String
+    cameras: tuple[str, ...] = field(default_factory=tuple)
+
+
+class PlannerRuntime:
+    """Inputs → observation buffer; instants → pipeline → output messages (see the module docstring)."""
+
+    def __init__(self, config: NodeConfig, engine: EngineLike, clock: Callable[[], int]) -> None:
+        self.config = config
+        self.clock = clock
+        self.buffer = ObservationBuffer(
+            config.camera_names, config.sync, config.acceleration_filter, fallback_hfov_deg=config.fallback_hfov_deg
+        )
+        self.pipeline = InferencePipeline(engine, config.planning)
+        self.msgs, self.msgs_problem = outputs.own_messages()
+        self.vision_msgs = outputs.vision_messages()
+        self.last_planned_stamp_ns: int | None = None
+        self.latest_plan: PlanResult | None = None
+        self.latest_detection: DetectionResult | None = None
+        self._detection_marker_counts: dict[str, int] = {}
+
+    # ---- inputs (each returns None, or the problem that made it drop the message)
+
+    def _guard(self, name: str, store: Callable[[], None]) -> InputProblem | None:
+        try:
+            store()
+        except InputError as exc:
+            return InputProblem(name, str(exc))
+        except (AttributeError, TypeError, ValueError) as exc:  # a malformed message object
+            return InputProblem(name, f"malformed message ({type(exc).__name__}: {exc})")
+        return None
+
+    def image_input_name(self, index: int) -> str:
+        """Diagnostic name of camera ``index``."""
+        return self.buffer.input_name(index)
+
+    def on_image(self, index: int, msg: Any, receive_ns: int) -> InputProblem | None:
+        """A raw ``sensor_msgs/Image`` of camera ``index``."""
+        frame_id = self.config.cameras[index].frame_id
+        return self._guard(
+            self.image_input_name(index),
+            lambda: self.buffer.add_image(index, conversions.image_sample(msg, receive_ns, frame_id)),
+        )
+
+    def on_compressed_image(self, index: int, msg: Any, receive_ns: int) -> InputProblem | None:
+        """A ``sensor_msgs/CompressedImage`` of camera ``index`` (decoded when used)."""
+        frame_id = self.config.cameras[index].frame_id
+        return self._guard(
+            self.image_input_name(index),
+            lambda: self.buffer.add_image(index, conversions.compressed_image_sample(msg, receive_ns, frame_id)),
+        )
+
+    def on_camera_info(self, index: int, msg: Any, receive_ns: int) -> InputProblem | None:
+        """A ``sensor_msgs/CameraInfo`` of camera ``index``."""
+        return self._guard(
+            f"camera_info_{index} ({self.config.cameras[index].name})",
+            lambda: self.buffer.set_intrinsics(index, conversions.camera_info_intrinsics(msg)),
+        )
+
+    def on_odometry(self, msg: Any, receive_ns: int) -> InputProblem | None:
+        """A ``nav_msgs/Odometry``."""
+        return self._guard("odometry", lambda: self.buffer.add_odometry(conversions.odometry_sample(msg, receive_ns)))
+
+    def on_acceleration(self, msg: Any, receive_ns: int) -> InputProblem | None:
+        """A ``geometry_msgs/AccelWithCovarianceStamped``."""
+        return self._guard(
+            "acceleration", lambda: self.buffer.add_acceleration(conversions.acceleration_sample(msg, receive_ns))
+        )
+
+    def on_command(self, msg: Any, receive_ns: int) -> InputProblem | None:
+        """A ``std_msgs/String`` navigation command."""
+        return self._guard("command", lambda: self.buffer.add_command(conversions.command_from_string(msg, receive_ns)))
+
+    def on_driving_command(self, msg: Any, receive_ns: int) -> InputProblem | None:
+        """A ``DrivingCommand`` navigation command."""
+        return self._guard(
+            "command", lambda: self.buffer.add_command(conversions.command_from_driving_command(msg, receive_ns))
+        )
+
+    def reset(self) -> None:
+        """Forget all inputs and results (deactivation, replay restart)."""
+        self.buffer.clear()
+        self.last_planned_stamp_ns = None
+        self.latest_plan = None
+        self.latest_detection = None
+
+    # ---- instants
+
+    def _end_to_end_ms(self, stamp_ns: int) -> float:
+        return (self.clock() - stamp_ns) / NS_PER_MS
+
+    def plan(self, now_ns: int, debug_image: bool | None = None) -> PlanCycle:
+        """Assemble an observation at ``now_ns`` and plan on it (engine errors propagate)."""
+        assembled = self.buffer.assemble(now_ns, after_stamp_ns=self.last_planned_stamp_ns)
+        if assembled.observation is None:
+            return PlanCycle(problems=assembled.problems, idle=assembled.idle)
+        observation = assembled.observation
+        self.last_planned_stamp_ns = observation.stamp_ns
+        try:
+            result = self.pipeline.plan(observation)
+        except PlanningInputError as exc:
+            return PlanCycle(problems=(InputProblem(self.image_input_name(0), str(exc)),))
+        end_to_end = self._end_to_end_ms(result.stamp_ns)
+        result = _with_end_to_end(result, end_to_end)
+        self.latest_plan = result
+        frame = self.config.frame_id
+        cycle = PlanCycle(result=result, end_to_end_ms=end_to_end)
+        if result.valid:
+            cycle.path = outputs.plan_path(result, frame)
+        if self.msgs is not None:
+            cycle.trajectory = outputs.plan_trajectory(result, frame, self.msgs)
+        cycle.markers = outputs.plan_markers(
+            result, frame, self.config.marker_lifetime_s, self.config.planning.num_waypoints
+        )
+        if self.config.debug_image if debug_image is None else debug_image:
+            cycle.debug_image = self._debug_image(result.observation.front, plan=result)
+        return cycle
+
+    def detect(self, now_ns: int, debug_image: bool | None = None) -> DetectionCycle:
+        """Detect on the latest frame of the detection camera (engine errors propagate)."""
+        index = self.config.detection_camera
+        frames, problems = self.buffer.latest_frames([index], now_ns)
+        if not frames:
+            return DetectionCycle(problems=tuple(problems))
+        frame = frames[0]
+        try:
+            result = self.pipeline.detect(frame)
+        except PlanningInputError as exc:
+            return DetectionCycle(problems=(InputProblem(self.image_input_name(index), str(exc)),))
+        self.latest_detection = result
+        end_to_end = self._end_to_end_ms(result.stamp_ns)
+        cycle = DetectionCycle(result=result, end_to_end_ms=end_to_end)
+        if self.msgs is not None:
+            cycle.detections = outputs.detection_array(result, self.msgs, end_to_end)
+        if self.vision_msgs is not None:
+            cycle.detections_2d = outputs.detection_2d_array(result, self.vision_msgs)
+        previous = self._detection_marker_counts.get(result.camera, 0)
+        cycle.markers = outputs.detection_markers(
+            result, self.config.detection_marker_depth_m, self.config.detection_marker_lifetime_s, previous
+        )
+        self._detection_marker_counts[result.camera] = len(result.detections)
+        if self.config.debug_image if debug_image is None else debug_image:
+            plan = self.latest_plan if index == 0 else None
+            cycle.debug_image = self._debug_image(frame, detection=result, plan=plan)
+        return cycle
+
+    def answer(self, question: str, now_ns: int) -> AnswerCycle:
+        """Answer ``question`` about the latest frames of the VQA cameras (engine errors propagate)."""
+        if not question.strip():
+            return AnswerCycle(problems=(InputProblem("question", "empty question"),))
+        frames, problems = self.buffer.latest_frames(self.config.vqa_cameras, now_ns)
+        if problems:
+            return AnswerCycle(problems=tuple(problems))
+        try:
+            result = self.pipeline.answer(question, frames)
+        except PlanningInputError as exc:
+            return AnswerCycle(problems=(InputProblem("question", str(exc)),))
+        return AnswerCycle(result=result, message=outputs.answer_msg(result), cameras=result.cameras)
+
+    # ---- debug image
+
+    def _debug_image(self, frame: Any, plan: PlanResult | None = None, detection: DetectionResult | None = None) -> Any:
+        if detection is None and self.latest_detection is not None:
+            latest = self.latest_detection
+            # Boxes of a recent detection on the same camera (within two detection periods).
+            recent = abs(frame.stamp_ns - latest.stamp_ns) <= 2 * self.config.detection_marker_lifetime_s * 1e9
+            if latest.camera == frame.camera and recent:
+                detection = latest
+        waypoints = [(w.x, w.y) for w in plan.waypoints] if plan is not None and plan.valid else None
+        problem = plan.reason if plan is not None and not plan.valid else ""
+        caption = f"{self.pipeline.model_name} | {frame.camera}"
+        if plan is not None:
+            obs = plan.observation
+            caption += (
+                f" | {obs.command.value} v=({obs.velocity[0]:.2f},{obs.velocity[1]:.2f})"
+                f" a=({obs.acceleration[0]:.2f},{obs.acceleration[1]:.2f}) | {plan.timing.total_ms:.0f} ms"
+            )
+        pose = self.config.debug_camera_pose if frame.index == 0 else None
+        rgb = draw_debug_image(
+            frame.image,
+            detections=detection.detections if detection is not None else (),
+            waypoints_xy=waypoints,
+            plan_problem=problem,
+            camera_pose=pose,
+            intrinsics=frame.intrinsics,
+            caption=caption,
+        )
+        return conversions.rgb_to_image_msg(rgb, frame.stamp_ns, frame.frame_id)
+
+
+def _with_end_to_end(result: PlanResult, end_to_end_ms: float) -> PlanResult:
+    from dataclasses import replace
+
+    return replace(result, timing=result.timing.with_end_to_end(end_to_end_ms))
