@@ -126,7 +126,7 @@ def draw_debug_image(
 ) -> np.ndarray:
     """A copy of ``rgb`` with boxes + labels, the path (inset, and projected when ``camera_pose`` and
     ``intrinsics`` are given), ``plan_problem`` in red and a caption line."""
-    picture = Image.fromarray(np.ascontiguousarray(rgb, dtype=np.uint8), "RGB")
+    picture = Image.fromarray(np.ascontiguousarray(rgb, dtype=np.uint8))
     draw = ImageDraw.Draw(picture)
     width, height = picture.size
     font = _font(max(10, height // 40))

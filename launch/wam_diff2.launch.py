@@ -1,0 +1,159 @@
+"""Launch the WAM-Diff2 planner node (and optionally RViz).
+
+    ros2 launch wam_diff2_ros wam_diff2.launch.py model_path:=/path/to/checkpoint \\
+        image_topics:=/camera/front/image_raw odometry_topic:=/localization/kinematic_state \\
+        command_topic:=/planning/navigation_command rviz:=true
+
+Arguments (``ros2 launch wam_diff2_ros wam_diff2.launch.py --show-args``):
+
+* ``model_path``, ``device``, ``dtype``: override ``model.path|device|dtype`` of the parameter file
+  (empty = keep the file's value);
+* ``params_file``: parameter YAML (default: the package's ``config/wam_diff2.yaml``);
+* ``namespace``, ``node_name``, ``use_sim_time``, ``log_level``;
+* ``rviz`` (false), ``rviz_config`` (default ``config/wam_diff2.rviz``; its topics assume the default
+  node name and no namespace);
+* camera/input remaps: ``image_topics`` and ``camera_info_topics`` (comma-separated, in
+  ``cameras.names`` order → ``~/input/image_<n>``, ``~/input/camera_info_<n>``), ``odometry_topic``,
+  ``acceleration_topic``, ``command_topic``, ``driving_command_topic`` (empty = no remap).
+
+Fast DDS: unless ``FASTDDS_DEFAULT_PROFILES_FILE`` / ``FASTRTPS_DEFAULT_PROFILES_FILE`` is already set,
+the package's ``config/fastdds_profile.xml`` is set for every process this launch starts (large images
+are otherwise lost; camera drivers started elsewhere need the same variable). The node is a lifecycle
+node with ``autostart: true`` in the default parameters, so it configures and activates by itself;
+set ``autostart: false`` to drive it with ``ros2 lifecycle set``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from launch.actions import DeclareLaunchArgument, OpaqueFunction, SetEnvironmentVariable
+from launch.substitutions import LaunchConfiguration
+from launch_ros.actions import Node
+
+from launch import LaunchDescription
+
+PACKAGE = "wam_diff2_ros"
+PROFILE_VARIABLES = ("FASTDDS_DEFAULT_PROFILES_FILE", "FASTRTPS_DEFAULT_PROFILES_FILE")
+
+ARGUMENTS: tuple[tuple[str, str, str], ...] = (
+    ("model_path", "", "checkpoint directory (overrides model.path; empty = keep the params file's)"),
+    ("device", "", "auto | cpu | cuda[:N] | npu[:N] (overrides model.device; empty = keep)"),
+    ("dtype", "", "bfloat16 | float16 | float32 (overrides model.dtype; empty = keep)"),
+    ("params_file", "", "parameter YAML (empty = the package's config/wam_diff2.yaml)"),
+    ("namespace", "", "namespace of the node"),
+    ("node_name", "wam_diff2", "name of the node"),
+    ("use_sim_time", "false", "use /clock (bag replay, simulation)"),
+    ("log_level", "info", "debug | info | warn | error"),
+    ("rviz", "false", "also start RViz with rviz_config"),
+    ("rviz_config", "", "RViz config (empty = the package's config/wam_diff2.rviz)"),
+    ("image_topics", "", "comma-separated camera image topics in cameras.names order (→ ~/input/image_<n>)"),
+    ("camera_info_topics", "", "comma-separated CameraInfo topics in cameras.names order"),
+    ("odometry_topic", "", "nav_msgs/Odometry topic (→ ~/input/odometry)"),
+    ("acceleration_topic", "", "geometry_msgs/AccelWithCovarianceStamped topic (→ ~/input/acceleration)"),
+    ("command_topic", "", "std_msgs/String navigation command topic (→ ~/input/command)"),
+    ("driving_command_topic", "", "wam_diff2_ros/DrivingCommand topic (→ ~/input/driving_command)"),
+)
+
+
+def share_dir() -> Path:
+    """The package's share directory (installed), or the source checkout when run from it."""
+    try:
+        from ament_index_python.packages import PackageNotFoundError, get_package_share_directory
+
+        try:
+            return Path(get_package_share_directory(PACKAGE))
+        except PackageNotFoundError:
+            pass
+    except ImportError:
+        pass
+    return Path(__file__).resolve().parent.parent
+
+
+def _is_true(text: str) -> bool:
+    return text.strip().lower() in ("true", "1", "yes", "on")
+
+
+def _topics(text: str) -> list[str]:
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def profile_actions(share: Path) -> list[object]:
+    """SetEnvironmentVariable actions pointing Fast DDS at the package profile, unless the user set one."""
+    if any(os.environ.get(name) for name in PROFILE_VARIABLES):
+        return []
+    profile = share / "config" / "fastdds_profile.xml"
+    if not profile.is_file():
+        return []
+    try:
+        from wam_diff2_ros.ros.dds import profile_variables
+
+        variables = profile_variables(profile)
+    except ImportError:
+        variables = {name: str(profile) for name in PROFILE_VARIABLES}
+    return [SetEnvironmentVariable(name, value) for name, value in variables.items()]
+
+
+def launch_setup(context: object, *args: object, **kwargs: object) -> list[object]:
+    """Build the actions from the launch arguments (OpaqueFunction, so empty values can mean "keep")."""
+
+    def arg(name: str) -> str:
+        return str(LaunchConfiguration(name).perform(context)).strip()
+
+    share = share_dir()
+    params_file = arg("params_file") or str(share / "config" / "wam_diff2.yaml")
+    use_sim_time = _is_true(arg("use_sim_time"))
+    overrides: dict[str, object] = {"use_sim_time": use_sim_time}
+    for argument, parameter in (("model_path", "model.path"), ("device", "model.device"), ("dtype", "model.dtype")):
+        if arg(argument):
+            overrides[parameter] = arg(argument)
+
+    remappings: list[tuple[str, str]] = []
+    for index, topic in enumerate(_topics(arg("image_topics"))):
+        remappings.append((f"~/input/image_{index}", topic))
+    for index, topic in enumerate(_topics(arg("camera_info_topics"))):
+        remappings.append((f"~/input/camera_info_{index}", topic))
+    for argument, private in (
+        ("odometry_topic", "~/input/odometry"),
+        ("acceleration_topic", "~/input/acceleration"),
+        ("command_topic", "~/input/command"),
+        ("driving_command_topic", "~/input/driving_command"),
+    ):
+        if arg(argument):
+            remappings.append((private, arg(argument)))
+
+    actions: list[object] = profile_actions(share)
+    actions.append(
+        Node(
+            package=PACKAGE,
+            executable="wam_diff2_node",
+            name=arg("node_name") or "wam_diff2",
+            namespace=arg("namespace"),
+            parameters=[params_file, overrides],
+            remappings=remappings,
+            arguments=["--ros-args", "--log-level", arg("log_level") or "info"],
+            output="screen",
+            emulate_tty=True,
+        )
+    )
+    if _is_true(arg("rviz")):
+        actions.append(
+            Node(
+                package="rviz2",
+                executable="rviz2",
+                name="rviz2",
+                arguments=["-d", arg("rviz_config") or str(share / "config" / "wam_diff2.rviz")],
+                parameters=[{"use_sim_time": use_sim_time}],
+                output="log",
+            )
+        )
+    return actions
+
+
+def generate_launch_description() -> LaunchDescription:
+    """The launch description: the arguments above, then :func:`launch_setup`."""
+    declared = [
+        DeclareLaunchArgument(name, default_value=default, description=text) for name, default, text in ARGUMENTS
+    ]
+    return LaunchDescription([*declared, OpaqueFunction(function=launch_setup)])

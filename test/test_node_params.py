@@ -1,0 +1,166 @@
+"""ros.params: the parameter table, its YAML documentation and validation (no node)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from wam_diff2_ros.core.prompts import NavigationCommand
+from wam_diff2_ros.ros.params import (
+    PARAMETER_SPECS,
+    NodeConfig,
+    ParameterError,
+    flatten_parameters,
+    load_parameters_file,
+)
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+YAML_PATH = REPO_ROOT / "config" / "wam_diff2.yaml"
+
+
+def test_yaml_lists_every_parameter_with_its_default() -> None:
+    document = yaml.safe_load(YAML_PATH.read_text(encoding="utf-8"))
+    assert list(document) == ["/**"]
+    values = flatten_parameters(document["/**"]["ros__parameters"])
+    assert set(values) == {spec.name for spec in PARAMETER_SPECS}
+    for spec in PARAMETER_SPECS:
+        assert values[spec.name] == spec.default, spec.name
+        assert type(values[spec.name]) is type(spec.default), spec.name
+    assert NodeConfig.from_parameters(values, require_model=False).frame_id == "base_link"
+
+
+def test_every_yaml_parameter_is_documented_by_a_comment() -> None:
+    """Walking up from each leaf key through other keys, a comment comes before a blank line."""
+    lines = YAML_PATH.read_text(encoding="utf-8").splitlines()
+    start = next(i for i, line in enumerate(lines) if line.strip() == "ros__parameters:")
+    for number in range(start + 1, len(lines)):
+        line = lines[number].strip()
+        if not line or line.startswith("#") or line.endswith(":"):
+            continue
+        above = number - 1
+        while above > start and lines[above].strip() and not lines[above].strip().startswith("#"):
+            above -= 1
+        assert lines[above].strip().startswith("#"), f"line {number + 1} ({line}) has no comment"
+
+
+def test_defaults_validate() -> None:
+    config = NodeConfig.from_parameters({"model.path": str(REPO_ROOT)})
+    assert config.camera_names == ("front",)
+    assert config.cameras[0].transport == "raw" and config.cameras[0].frame_id == "front_optical"
+    assert config.sync.default_command is None
+    assert config.marker_lifetime_s == pytest.approx(0.5)  # one period at 2 Hz
+    assert config.detection_marker_lifetime_s == 1.0
+    assert config.decode.seed is None and config.system is None
+    assert config.qos["image"].reliability == "best_effort" and config.qos["command"].reliability == "reliable"
+    assert config.debug_camera_pose is None
+    assert config.vqa_cameras == (0,)
+
+
+def test_every_problem_is_reported_at_once() -> None:
+    with pytest.raises(ParameterError) as raised:
+        NodeConfig.from_parameters(
+            {
+                "model.path": "/no/such/checkpoint",
+                "model.device": "gpu",
+                "model.dtype": "int8",
+                "planning.rate_hz": -1.0,
+                "decoding.top_p": 2.0,
+                "sync.max_age_ms": 0,
+                "command.default": "backwards",
+                "cameras.transports": ["raw", "compressed"],
+                "detection.camera": "rear",
+                "qos.image.reliablity": "best_effort",
+            }
+        )
+    message = str(raised.value)
+    for expected in (
+        "model.path: '/no/such/checkpoint' is not a directory",
+        "model.device: expected auto, cpu, cuda, cuda:N, npu, npu:N, got 'gpu'",
+        "model.dtype: must be one of bfloat16, float16, float32, got 'int8'",
+        "planning.rate_hz: must be >= 0, got -1",
+        "top_p must be in (0, 1]",
+        "sync.max_age_ms: must be > 0",
+        "command.default: unknown navigation command 'backwards'",
+        "cameras.transports: needs 1 or 1 entries, got 2",
+        "detection.camera: unknown camera 'rear'",
+        "qos.image.reliablity: unknown parameter (misspelt?)",
+    ):
+        assert expected in message
+
+
+def test_missing_model_path_is_explained() -> None:
+    with pytest.raises(ParameterError, match=r"model\.path: is empty; set it to a checkpoint directory"):
+        NodeConfig.from_parameters({})
+
+
+def test_cameras_and_templates() -> None:
+    two = {
+        "model.path": str(REPO_ROOT),
+        "cameras.names": ["front", "left"],
+        "cameras.transports": ["raw", "compressed"],
+    }
+    with pytest.raises(ParameterError, match=r"1 <image> placeholder.*2 camera"):
+        NodeConfig.from_parameters(two)
+    template = (
+        "Front: <image> Left: <image>\nThe navigation information is: {command}\n"
+        "The current velocity is: ({vx},{vy}) and current accelerate is: ({ax},{ay})"
+    )
+    config = NodeConfig.from_parameters({**two, "prompt.template": template, "vqa.cameras": ["left"]})
+    assert [c.transport for c in config.cameras] == ["raw", "compressed"]
+    assert config.vqa_cameras == (1,)
+    with pytest.raises(ParameterError, match="must be unique"):
+        NodeConfig.from_parameters({**two, "cameras.names": ["front", "front"], "prompt.template": template})
+    with pytest.raises(ParameterError, match="unknown fields"):
+        NodeConfig.from_parameters({"model.path": str(REPO_ROOT), "prompt.template": "<image> {speed} {command}"})
+
+
+def test_types_are_coerced_or_refused() -> None:
+    config = NodeConfig.from_parameters(
+        {"model.path": str(REPO_ROOT), "decoding.temperature": 0, "planning.rate_hz": 5, "decoding.block_size": 16.0}
+    )
+    assert config.decode.temperature == 0.0 and config.rate_hz == 5.0 and config.decode.block_size == 16
+    with pytest.raises(ParameterError, match="autostart: expected true or false"):
+        NodeConfig.from_parameters({"model.path": str(REPO_ROOT), "autostart": "yes"})
+    with pytest.raises(ParameterError, match=r"decoding\.block_size: expected an integer"):
+        NodeConfig.from_parameters({"model.path": str(REPO_ROOT), "decoding.block_size": 16.5})
+
+
+def test_options() -> None:
+    config = NodeConfig.from_parameters(
+        {
+            "model.path": str(REPO_ROOT),
+            "command.default": "Unknown",
+            "markers.lifetime_s": 2.0,
+            "detection.rate_hz": 0.5,
+            "debug.camera_pose": [1.6, 0.0, 1.45, 0.0, 0.03, 0.0],
+            "decoding.seed": 7,
+            "prompt.system": "You are a driver.",
+            "planning.rate_hz": 0.0,
+        }
+    )
+    assert config.sync.default_command is NavigationCommand.UNKNOWN
+    assert config.marker_lifetime_s == 2.0 and config.detection_marker_lifetime_s == 2.0
+    assert config.debug_camera_pose == (1.6, 0.0, 1.45, 0.0, 0.03, 0.0)
+    assert config.decode.seed == 7 and config.system == "You are a driver."
+    auto = NodeConfig.from_parameters({"model.path": str(REPO_ROOT), "planning.rate_hz": 0.0, "detection.rate_hz": 0.5})
+    assert auto.marker_lifetime_s == 1.0 and auto.detection_marker_lifetime_s == 2.0
+    with pytest.raises(ParameterError, match=r"debug\.camera_pose: needs 6 numbers"):
+        NodeConfig.from_parameters({"model.path": str(REPO_ROOT), "debug.camera_pose": [1.0, 2.0]})
+
+
+def test_parameter_files_merge_like_rcl(tmp_path: Path) -> None:
+    path = tmp_path / "params.yaml"
+    path.write_text(
+        "/wam_diff2:\n  ros__parameters:\n    planning.rate_hz: 4.0\n"
+        "/**:\n  ros__parameters:\n    planning:\n      rate_hz: 1.0\n      frame_id: ego\n"
+        "other_node:\n  ros__parameters:\n    planning.rate_hz: 9.0\n",
+        encoding="utf-8",
+    )
+    values = load_parameters_file(path)
+    assert values == {"planning.rate_hz": 4.0, "planning.frame_id": "ego"}
+    assert load_parameters_file(path, node_name="other_node")["planning.rate_hz"] == 9.0
+    (tmp_path / "bad.yaml").write_text("/**:\n  parameters: {}\n", encoding="utf-8")
+    with pytest.raises(ParameterError, match="no ros__parameters"):
+        load_parameters_file(tmp_path / "bad.yaml")

@@ -1,0 +1,356 @@
+"""Shared helpers of the node tests (no tests here): a scripted test-double engine, a node runner that uses
+it, a sensor feeder for DDS tests and message collectors.
+
+Run as a script it is ``wam_diff2_node`` with :class:`ScriptedEngine` instead of the real model::
+
+    python test/test_node_support.py --ros-args --params-file config/wam_diff2.yaml -p model.path:=/tmp
+
+The scripted engine answers like a trained model would, computed from the prompt, so the ROS layer can
+be tested with valid plans before a trained checkpoint exists:
+
+* planning prompt → 8 waypoints ``x = max(vx, 1)·t``, ``y = ±0.05·x²`` for left/right, 0 for straight;
+  command ``unknown`` → an unparseable answer; ``vx > 50`` (velocity in the prompt) → RuntimeError;
+* detection prompt → two boxes (car 100,200,400,600 and pedestrian 600,300,700,800 with score 0.8, on the
+  0..1000 grid);
+* anything else (VQA) → ``I see N image(s), the first is WxH.``; a question containing ``sleep <s>`` sleeps
+  that long first, one containing ``raise`` raises RuntimeError.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SUPPORT_SCRIPT = Path(__file__).resolve()
+DETECTION_BOXES = (("car", (100, 200, 400, 600), None), ("pedestrian", (600, 300, 700, 800), 0.8))
+WAYPOINT_TIMES = tuple(0.5 * (i + 1) for i in range(8))
+
+
+@dataclass
+class ScriptedTiming:
+    """Stage timing as the real engine reports it (seconds)."""
+
+    preprocess_s: float = 0.002
+    vision_s: float = 0.003
+    prefill_s: float = 0.004
+    denoise_s: float = 0.010
+    commit_s: float = 0.001
+    total_s: float = 0.020
+
+
+@dataclass
+class ScriptedGeneration:
+    """What :meth:`ScriptedEngine.generate` returns (the fields the pipeline reads)."""
+
+    text: str
+    steps_per_block: list[int] = field(default_factory=lambda: [3, 2])
+    finished: bool = True
+    timing: ScriptedTiming = field(default_factory=ScriptedTiming)
+
+
+def scripted_plan(command: str, vx: float) -> list[tuple[float, float]]:
+    """The waypoints the scripted engine answers for ``command`` at forward speed ``vx``."""
+    speed = max(vx, 1.0)
+    sign = {"left": 1.0, "right": -1.0}.get(command, 0.0)
+    return [(speed * t, sign * 0.05 * (speed * t) ** 2) for t in WAYPOINT_TIMES]
+
+
+class ScriptedEngine:
+    """Test double of :class:`wam_diff2_ros.core.engine.Engine` (see the module docstring)."""
+
+    name = "scripted-engine"
+    device = "cpu"
+    dtype = "float32"
+
+    def __init__(self, config: Any = None) -> None:
+        self.calls: list[dict[str, Any]] = []
+        self.closed = False
+        self._lock = threading.Lock()
+
+    def generate(self, prompt: str, images: Sequence[Any] = (), decode: Any = None, system: str | None = None) -> Any:
+        """Answer ``prompt`` (see the module docstring)."""
+        with self._lock:
+            if self.closed:
+                raise RuntimeError("engine is closed")
+            self.calls.append({"prompt": prompt, "images": list(images), "decode": decode, "system": system})
+            if "Locate every instance" in prompt:
+                entries = []
+                for label, box, score in DETECTION_BOXES:
+                    entry = f'{{"bbox_2d": [{", ".join(str(v) for v in box)}], "label": "{label}"'
+                    entries.append(entry + (f', "score": {score}}}' if score is not None else "}"))
+                return ScriptedGeneration("```json\n[" + ", ".join(entries) + "]\n```")
+            command = re.search(r"navigation information is: (\w+)", prompt)
+            if command:
+                velocity = re.search(r"velocity is: \(([-\d.]+),([-\d.]+)\)", prompt)
+                vx = float(velocity.group(1)) if velocity else 0.0
+                if vx > 50:
+                    raise RuntimeError(f"scripted engine failure (vx={vx})")
+                if command.group(1) == "unknown":
+                    return ScriptedGeneration("I cannot plan without a route")
+                points = scripted_plan(command.group(1), vx)
+                return ScriptedGeneration(", ".join(f"{x:.2f}, {y:.2f}" for x, y in points))
+            question = prompt.replace("<image>", "")
+            sleep = re.search(r"sleep ([\d.]+)", question)
+            if sleep:
+                time.sleep(float(sleep.group(1)))
+            if "raise" in question:
+                raise RuntimeError("scripted engine failure (question)")
+            first = np.asarray(images[0]) if images else None
+            size = f"{first.shape[1]}x{first.shape[0]}" if first is not None else "none"
+            return ScriptedGeneration(f"I see {len(images)} image(s), the first is {size}.<|im_end|>")
+
+    def close(self) -> None:
+        """Mark closed (later calls raise, as the real engine's do)."""
+        with self._lock:
+            self.closed = True
+
+
+def tiny_checkpoint() -> Path:
+    """The session's random tiny checkpoint (shared with the core tests)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from core_helpers import tiny_checkpoint as cached
+
+    return cached()
+
+
+def trained_checkpoint() -> Path | None:
+    """A checkpoint that answers in the trained waypoint format: ``$WAM_DIFF2_TRAINED_CHECKPOINT`` or the
+    package's demo model (``wam_diff2_ros.core.demo``) when it is available; None otherwise."""
+    import os
+
+    explicit = os.environ.get("WAM_DIFF2_TRAINED_CHECKPOINT")
+    if explicit:
+        return Path(explicit)
+    try:
+        from wam_diff2_ros.core.demo import demo_checkpoint
+    except ImportError:
+        return None
+    try:
+        return Path(demo_checkpoint())
+    except Exception:  # demo files not shipped yet, or corrupt
+        return None
+
+
+# --- DDS helpers ----------------------------------------------------------------------------------------
+
+
+def rgb_image_msg(rgb: np.ndarray, stamp: Any, frame_id: str = "front_optical", encoding: str = "rgb8") -> Any:
+    """A raw Image message of ``rgb`` in ``encoding`` (rgb8, bgr8, mono8, yuv422 ...) stamped ``stamp``."""
+    from sensor_msgs.msg import Image
+
+    height, width = rgb.shape[:2]
+    if encoding == "rgb8":
+        data, step = rgb.tobytes(), width * 3
+    elif encoding == "bgr8":
+        data, step = rgb[:, :, ::-1].tobytes(), width * 3
+    elif encoding == "mono8":
+        data, step = rgb[:, :, 1].tobytes(), width
+    elif encoding == "yuv422":  # UYVY with neutral chroma (grey from the green channel)
+        packed = np.full((height, width * 2), 128, dtype=np.uint8)
+        packed[:, 1::2] = rgb[:, :, 1]
+        data, step = packed.tobytes(), width * 2
+    else:  # deliberately unknown encodings
+        data, step = rgb.tobytes(), width * 3
+    msg = Image()
+    msg.header.stamp = stamp
+    msg.header.frame_id = frame_id
+    msg.height, msg.width, msg.encoding, msg.step = height, width, encoding, step
+    msg.data = data
+    return msg
+
+
+def jpeg_msg(rgb: np.ndarray, stamp: Any, frame_id: str = "left_optical", corrupt: bool = False) -> Any:
+    """A CompressedImage (JPEG) of ``rgb``; ``corrupt`` keeps the JPEG header but garbles the rest."""
+    import io
+
+    from PIL import Image as PILImage
+    from sensor_msgs.msg import CompressedImage
+
+    buffer = io.BytesIO()
+    PILImage.fromarray(rgb).save(buffer, "JPEG", quality=85)
+    data = buffer.getvalue()
+    if corrupt:
+        data = data[:20] + bytes(range(256)) * 8
+    msg = CompressedImage()
+    msg.header.stamp = stamp
+    msg.header.frame_id = frame_id
+    msg.format = "jpeg"
+    msg.data = data
+    return msg
+
+
+@dataclass
+class FeedSettings:
+    """What :class:`SensorFeeder` publishes; tests change fields while it runs."""
+
+    image_rate_hz: float = 10.0
+    odometry_rate_hz: float = 50.0
+    command_rate_hz: float = 2.0
+    width: int = 320
+    height: int = 180
+    encoding: str = "rgb8"
+    command: str = "left"
+    vx: float = 5.0
+    odometry_offset_s: float = 0.0  # odometry stamps = now + offset (negative: stale)
+    odometry_nan: bool = False
+    corrupt_compressed: bool = False
+    zero_size: bool = False
+    images: bool = True
+    odometry: bool = True
+    compressed_camera: bool = True  # also publish ~/input/image_1 as JPEG
+
+
+class SensorFeeder:
+    """Publishes front raw images, a second camera as JPEG, odometry and commands at realistic rates from a
+    background thread, all stamped with the publishing node's clock."""
+
+    def __init__(self, node: Any, node_ns: str, settings: FeedSettings | None = None) -> None:
+        from nav_msgs.msg import Odometry
+        from rclpy.qos import qos_profile_sensor_data
+        from sensor_msgs.msg import CompressedImage, Image
+        from std_msgs.msg import String
+
+        self.node = node
+        self.settings = settings or FeedSettings()
+        self.image_pub = node.create_publisher(Image, f"{node_ns}/input/image_0", qos_profile_sensor_data)
+        self.jpeg_pub = node.create_publisher(CompressedImage, f"{node_ns}/input/image_1", qos_profile_sensor_data)
+        self.odometry_pub = node.create_publisher(Odometry, f"{node_ns}/input/odometry", 10)
+        self.command_pub = node.create_publisher(String, f"{node_ns}/input/command", 10)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.sent_image_stamps: list[int] = []
+        self._lock = threading.Lock()
+        rng = np.random.default_rng(3)
+        self._pattern = rng.integers(0, 256, size=(1080, 1920, 3), dtype=np.uint8)
+
+    def _image(self) -> np.ndarray:
+        s = self.settings
+        return np.ascontiguousarray(self._pattern[: s.height, : s.width])
+
+    def start(self) -> SensorFeeder:
+        """Start publishing."""
+        self._thread = threading.Thread(target=self._run, name="sensor-feeder", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop publishing."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5.0)
+
+    def _run(self) -> None:
+        from nav_msgs.msg import Odometry
+        from std_msgs.msg import String
+
+        period = 0.005
+        next_image = next_odometry = next_command = time.monotonic()
+        while not self._stop.is_set():
+            s = self.settings
+            now_mono = time.monotonic()
+            clock_now = self.node.get_clock().now()
+            if now_mono >= next_odometry:
+                next_odometry += 1.0 / s.odometry_rate_hz
+                if s.odometry:
+                    msg = Odometry()
+                    msg.header.stamp = (clock_now + _duration(s.odometry_offset_s)).to_msg()
+                    msg.header.frame_id, msg.child_frame_id = "odom", "base_link"
+                    msg.twist.twist.linear.x = float("nan") if s.odometry_nan else s.vx
+                    self.odometry_pub.publish(msg)
+            if now_mono >= next_command:
+                next_command += 1.0 / s.command_rate_hz
+                self.command_pub.publish(String(data=s.command))
+            if now_mono >= next_image:
+                next_image += 1.0 / s.image_rate_hz
+                if s.images:
+                    stamp = clock_now.to_msg()
+                    if s.zero_size:
+                        msg = rgb_image_msg(np.zeros((0, 0, 3), np.uint8), stamp, encoding=s.encoding)
+                    else:
+                        msg = rgb_image_msg(self._image(), stamp, encoding=s.encoding)
+                    self.image_pub.publish(msg)
+                    if s.compressed_camera:
+                        self.jpeg_pub.publish(jpeg_msg(self._image(), stamp, corrupt=s.corrupt_compressed))
+                    with self._lock:
+                        self.sent_image_stamps.append(clock_now.nanoseconds)
+            self._stop.wait(period)
+
+
+def _duration(seconds: float) -> Any:
+    from rclpy.duration import Duration
+
+    return Duration(nanoseconds=round(seconds * 1e9))
+
+
+class Collector:
+    """Keeps every message of a topic (thread-safe) with helpers to wait for a matching one."""
+
+    def __init__(self, node: Any, msg_type: type, topic: str, qos: Any = 10) -> None:
+        self.messages: list[Any] = []
+        self._lock = threading.Lock()
+        self._event = threading.Condition(self._lock)
+        self.subscription = node.create_subscription(msg_type, topic, self._on_message, qos)
+
+    def _on_message(self, msg: Any) -> None:
+        with self._event:
+            self.messages.append(msg)
+            self._event.notify_all()
+
+    def clear(self) -> None:
+        """Forget what was received."""
+        with self._lock:
+            self.messages.clear()
+
+    def snapshot(self) -> list[Any]:
+        """A copy of what was received."""
+        with self._lock:
+            return list(self.messages)
+
+    def wait_for(self, predicate: Callable[[Any], bool] = lambda m: True, timeout: float = 10.0) -> Any | None:
+        """The first message (received before or during the wait) matching ``predicate``; None on timeout."""
+        deadline = time.monotonic() + timeout
+        seen = 0
+        with self._event:
+            while True:
+                for msg in self.messages[seen:]:
+                    if predicate(msg):
+                        return msg
+                seen = len(self.messages)
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return None
+                self._event.wait(remaining)
+
+
+def diagnostic_status(array: Any, suffix: str) -> Any | None:
+    """The status named ``<node>: <suffix>`` in a DiagnosticArray."""
+    for status in array.status:
+        if status.name.endswith(f": {suffix}"):
+            return status
+    return None
+
+
+def diagnostic_values(status: Any) -> dict[str, str]:
+    """Key → value of a DiagnosticStatus."""
+    return {kv.key: kv.value for kv in status.values}
+
+
+def run_scripted_node(argv: Sequence[str] | None = None) -> int:
+    """``wam_diff2_node``'s main() with :class:`ScriptedEngine`."""
+    sys.path.insert(0, str(REPO_ROOT))
+    from wam_diff2_ros.ros.node import main
+
+    return main(argv, engine_factory=ScriptedEngine)
+
+
+if __name__ == "__main__":
+    sys.exit(run_scripted_node())
