@@ -344,6 +344,152 @@ def diagnostic_values(status: Any) -> dict[str, str]:
     return {kv.key: kv.value for kv in status.values}
 
 
+# --- processes, harness, services ---------------------------------------------------------------------------
+
+
+def write_params(path: Path, values: dict[str, Any]) -> Path:
+    """A ``/**: ros__parameters:`` YAML file with ``values`` (dotted names)."""
+    import yaml
+
+    path.write_text(yaml.safe_dump({"/**": {"ros__parameters": values}}, sort_keys=True), encoding="utf-8")
+    return path
+
+
+def node_command(params_files: Sequence[Path], *extra: str, scripted: bool = True) -> list[str]:
+    """Command line of the node (scripted engine, or the real console script) with parameter files."""
+    if scripted:
+        command = [sys.executable, str(SUPPORT_SCRIPT)]
+    else:
+        command = [str(Path(sys.executable).with_name("wam_diff2_node"))]
+    command.append("--ros-args")
+    for path in params_files:
+        command += ["--params-file", str(path)]
+    return [*command, *extra]
+
+
+class NodeProcess:
+    """A node child process; output in ``log_path``; stopped with SIGINT (then SIGKILL)."""
+
+    def __init__(self, command: Sequence[str], log_path: Path, env: dict[str, str] | None = None) -> None:
+        import subprocess
+
+        from conftest import subprocess_env
+
+        self.log_path = log_path
+        environment = subprocess_env()
+        for name, value in (env or {}).items():
+            if value is None:
+                environment.pop(name, None)
+            else:
+                environment[name] = value
+        with log_path.open("wb") as log:
+            self.popen = subprocess.Popen(list(command), stdout=log, stderr=subprocess.STDOUT, env=environment)
+
+    def output(self) -> str:
+        """Everything the process printed so far."""
+        return self.log_path.read_text(encoding="utf-8", errors="replace")
+
+    def alive(self) -> bool:
+        """True while the process runs."""
+        return self.popen.poll() is None
+
+    def stop(self, timeout: float = 10.0) -> int:
+        """SIGINT, then SIGKILL; the exit code."""
+        import signal
+        import subprocess
+
+        if self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGINT)
+            try:
+                self.popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait(timeout)
+        return self.popen.returncode
+
+
+class Harness:
+    """An rclpy context with one node spun by a background executor (module-scoped use)."""
+
+    def __init__(self, name: str) -> None:
+        import rclpy
+        from rclpy.context import Context
+        from rclpy.executors import MultiThreadedExecutor
+        from rclpy.node import Node
+
+        self.context = Context()
+        rclpy.init(context=self.context)
+        self.node = Node(name, context=self.context)
+        self.executor = MultiThreadedExecutor(num_threads=2, context=self.context)
+        self.executor.add_node(self.node)
+        self._thread = threading.Thread(target=self._spin, name=f"{name}-executor", daemon=True)
+        self._thread.start()
+
+    def _spin(self) -> None:
+        from rclpy.executors import ExternalShutdownException
+
+        try:
+            self.executor.spin()
+        except ExternalShutdownException:
+            pass
+
+    def call(self, srv_type: type, name: str, request: Any, timeout: float = 10.0) -> Any | None:
+        """Call a service and wait for the response (None on timeout)."""
+        client = self.node.create_client(srv_type, name)
+        try:
+            if not client.wait_for_service(timeout_sec=timeout):
+                return None
+            future = client.call_async(request)
+            deadline = time.monotonic() + timeout
+            while not future.done() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            return future.result() if future.done() else None
+        finally:
+            self.node.destroy_client(client)
+
+    def lifecycle_state(self, node_fqn: str, timeout: float = 10.0) -> str | None:
+        """Label of the lifecycle state of ``node_fqn`` (None when the service does not answer)."""
+        from lifecycle_msgs.srv import GetState
+
+        response = self.call(GetState, f"{node_fqn}/get_state", GetState.Request(), timeout)
+        return None if response is None else response.current_state.label
+
+    def change_state(self, node_fqn: str, transition_id: int, timeout: float = 30.0) -> bool | None:
+        """Trigger a lifecycle transition; its success (None when the service does not answer)."""
+        from lifecycle_msgs.srv import ChangeState
+
+        request = ChangeState.Request()
+        request.transition.id = transition_id
+        response = self.call(ChangeState, f"{node_fqn}/change_state", request, timeout)
+        return None if response is None else bool(response.success)
+
+    def get_parameters(self, node_fqn: str, names: Sequence[str], timeout: float = 10.0) -> list[Any] | None:
+        """Parameter values of a remote node (rcl_interfaces ParameterValue objects)."""
+        from rcl_interfaces.srv import GetParameters
+
+        response = self.call(
+            GetParameters, f"{node_fqn}/get_parameters", GetParameters.Request(names=list(names)), timeout
+        )
+        return None if response is None else list(response.values)
+
+    def close(self) -> None:
+        """Shut everything down."""
+        self.executor.shutdown(timeout_sec=5.0)
+        self._thread.join(5.0)
+        self.node.destroy_node()
+        self.context.try_shutdown()
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 10.0, period: float = 0.05) -> bool:
+    """Poll ``predicate`` until true or timeout."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(period)
+    return bool(predicate())
+
+
 def run_scripted_node(argv: Sequence[str] | None = None) -> int:
     """``wam_diff2_node``'s main() with :class:`ScriptedEngine`."""
     sys.path.insert(0, str(REPO_ROOT))

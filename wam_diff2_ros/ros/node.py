@@ -108,7 +108,7 @@ class WamDiff2Node(LifecycleNode):
         self._engine_path: str | None = None
         self._config: NodeConfig | None = None
         self._runtime: PlannerRuntime | None = None
-        self._health = NodeHealth(self.get_name())
+        self._health = NodeHealth(self.get_fully_qualified_name().lstrip("/"))
         self._throttle = KeyedThrottle(5.0)
         self._state_lock = threading.RLock()
         self._active = False
