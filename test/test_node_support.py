@@ -426,12 +426,12 @@ class Harness:
         self._thread.start()
 
     def _spin(self) -> None:
+        import contextlib
+
         from rclpy.executors import ExternalShutdownException
 
-        try:
+        with contextlib.suppress(ExternalShutdownException):
             self.executor.spin()
-        except ExternalShutdownException:
-            pass
 
     def call(self, srv_type: type, name: str, request: Any, timeout: float = 10.0) -> Any | None:
         """Call a service and wait for the response (None on timeout)."""
