@@ -26,6 +26,7 @@ set ``autostart: false`` to drive it with ``ros2 lifecycle set``.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 from launch.actions import DeclareLaunchArgument, OpaqueFunction, SetEnvironmentVariable
@@ -58,16 +59,17 @@ ARGUMENTS: tuple[tuple[str, str, str], ...] = (
 
 
 def share_dir() -> Path:
-    """The package's share directory (installed), or the source checkout when run from it."""
+    """The package's share directory: the ament index (colcon install), ``<sys.prefix>/share/wam_diff2_ros``
+    (pip install), else the source checkout this file is in."""
     try:
-        from ament_index_python.packages import PackageNotFoundError, get_package_share_directory
+        from ament_index_python.packages import get_package_share_directory
 
-        try:
-            return Path(get_package_share_directory(PACKAGE))
-        except PackageNotFoundError:
-            pass
-    except ImportError:
+        return Path(get_package_share_directory(PACKAGE))
+    except (ImportError, LookupError, OSError, ValueError):  # not indexed, or AMENT_PREFIX_PATH unset
         pass
+    installed = Path(sys.prefix) / "share" / PACKAGE
+    if (installed / "config" / "wam_diff2.yaml").is_file():
+        return installed
     return Path(__file__).resolve().parent.parent
 
 
