@@ -117,7 +117,7 @@ def test_random_model_answer_is_reported_invalid(tiny_node, harness) -> None:
 
 
 def test_detection_vqa_and_debug_image_through_the_decoder(tiny_node, harness) -> None:
-    process, feeder = tiny_node
+    process, _feeder = tiny_node
     debug = Collector(harness.node, Image, "/e2e/wam_diff2/debug/image", qos_profile_sensor_data)
     answers = Collector(harness.node, String, "/e2e/wam_diff2/output/answer")
     question = harness.node.create_publisher(String, "/e2e/wam_diff2/input/question", 10)
