@@ -144,7 +144,7 @@ def wait_status(topics, suffix: str, level: bytes, text: str, timeout: float = 1
         status = diagnostic_status(array, suffix)
         return status is not None and status.level == level and text in status.message
 
-    array = topics["diagnostics"].wait_for(matches, timeout)
+    array = topics["diagnostics"].wait_for(matches, timeout, new_only=True)
     return None if array is None else diagnostic_status(array, suffix)
 
 

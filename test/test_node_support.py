@@ -315,11 +315,14 @@ class Collector:
         with self._lock:
             return list(self.messages)
 
-    def wait_for(self, predicate: Callable[[Any], bool] = lambda m: True, timeout: float = 10.0) -> Any | None:
-        """The first message (received before or during the wait) matching ``predicate``; None on timeout."""
+    def wait_for(
+        self, predicate: Callable[[Any], bool] = lambda m: True, timeout: float = 10.0, new_only: bool = False
+    ) -> Any | None:
+        """The first message matching ``predicate`` (``new_only``: received after this call started; else also
+        earlier ones); None on timeout."""
         deadline = time.monotonic() + timeout
-        seen = 0
         with self._event:
+            seen = len(self.messages) if new_only else 0
             while True:
                 for msg in self.messages[seen:]:
                     if predicate(msg):
