@@ -12,6 +12,7 @@ parameters. The real decoder over DDS is in ``test_node_e2e.py``.
 from __future__ import annotations
 
 import math
+import threading
 import time
 from pathlib import Path
 
@@ -435,4 +436,47 @@ def test_main_applies_the_fast_dds_profile_for_large_images(tmp_path: Path, harn
     finally:
         if feeder is not None:
             feeder.stop()
+        assert process.stop() == 0
+
+
+def test_sim_time_stamps_and_freshness_follow_clock(tmp_path: Path, harness) -> None:
+    """With use_sim_time the node's clock is /clock: data stamped in simulated time (1000 s, decades from the wall
+    clock, so stale by wall time) passes the freshness checks, timers fire on /clock and plans carry sim stamps."""
+    from rclpy.time import Time
+    from rosgraph_msgs.msg import Clock
+
+    ns = "/sim_time"
+    fqn = f"{ns}/wam_diff2"
+    params = write_params(tmp_path / "p.yaml", {"model.path": str(tmp_path), "use_sim_time": True})
+    process = NodeProcess(node_command([params], "-r", f"__ns:={ns}"), tmp_path / "node.log")
+    clock_pub = harness.node.create_publisher(Clock, "/clock", 10)
+    wall_start = time.monotonic()
+    sim_start_ns = 1000 * 10**9
+
+    def sim_now() -> Time:
+        return Time(nanoseconds=sim_start_ns + round((time.monotonic() - wall_start) * 1e9))
+
+    stop = threading.Event()
+
+    def tick() -> None:
+        while not stop.is_set():
+            clock_pub.publish(Clock(clock=sim_now().to_msg()))
+            stop.wait(0.01)
+
+    ticker = threading.Thread(target=tick, daemon=True)
+    ticker.start()
+    paths = Collector(harness.node, PathMsg, f"{fqn}/output/path")
+    feeder = SensorFeeder(harness.node, fqn, FeedSettings(compressed_camera=False), clock=sim_now)
+    try:
+        assert wait_until(lambda: harness.lifecycle_state(fqn, timeout=1.0) == "active", timeout=60), process.output()
+        feeder.start()
+        path = paths.wait_for(timeout=20)
+        assert path is not None, process.output()
+        stamp = stamp_to_ns(path.header.stamp)
+        assert sim_start_ns < stamp < sim_start_ns + 120 * 10**9  # simulated time, not wall time
+    finally:
+        feeder.stop()
+        stop.set()
+        ticker.join(2.0)
+        harness.node.destroy_publisher(clock_pub)
         assert process.stop() == 0

@@ -211,9 +211,11 @@ class FeedSettings:
 
 class SensorFeeder:
     """Publishes front raw images, a second camera as JPEG, odometry and commands at realistic rates from a
-    background thread, all stamped with the publishing node's clock."""
+    background thread, all stamped with the publishing node's clock (or ``clock``)."""
 
-    def __init__(self, node: Any, node_ns: str, settings: FeedSettings | None = None) -> None:
+    def __init__(
+        self, node: Any, node_ns: str, settings: FeedSettings | None = None, clock: Callable[[], Any] | None = None
+    ) -> None:
         from nav_msgs.msg import Odometry
         from rclpy.qos import qos_profile_sensor_data
         from sensor_msgs.msg import CompressedImage, Image
@@ -221,6 +223,7 @@ class SensorFeeder:
 
         self.node = node
         self.settings = settings or FeedSettings()
+        self.now = clock or node.get_clock().now  # stamps: the node clock, or e.g. a simulated clock
         self.image_pub = node.create_publisher(Image, f"{node_ns}/input/image_0", qos_profile_sensor_data)
         self.jpeg_pub = node.create_publisher(CompressedImage, f"{node_ns}/input/image_1", qos_profile_sensor_data)
         self.odometry_pub = node.create_publisher(Odometry, f"{node_ns}/input/odometry", 10)
@@ -257,7 +260,7 @@ class SensorFeeder:
         while not self._stop.is_set():
             s = self.settings
             now_mono = time.monotonic()
-            clock_now = self.node.get_clock().now()
+            clock_now = self.now()
             if now_mono >= next_odometry:
                 next_odometry += 1.0 / s.odometry_rate_hz
                 if s.odometry:

@@ -530,9 +530,8 @@ class WamDiff2Node(LifecycleNode):
                     self._wake.wait(0.5)
                 plan, self._plan_due = self._plan_due, False
                 question = self._questions.popleft() if self._questions else None
-                detect = self._detect_due and not plan and question is None
-                if detect:
-                    self._detect_due = False
+                # Everything due runs in this order; detection after planning, so neither starves the other.
+                detect, self._detect_due = self._detect_due, False
             if self._stop.is_set():
                 break
             runtime = self._runtime
