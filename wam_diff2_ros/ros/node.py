@@ -106,6 +106,7 @@ class WamDiff2Node(LifecycleNode):
         self._engine_factory = engine_factory or load_engine
         self._engine: EngineLike | None = None
         self._engine_path: str | None = None
+        self.ignored_parameters: list[str] = []
         self._config: NodeConfig | None = None
         self._runtime: PlannerRuntime | None = None
         self._health = NodeHealth(self.get_fully_qualified_name().lstrip("/"))
@@ -189,6 +190,9 @@ class WamDiff2Node(LifecycleNode):
             self._health.set_model("failed", error=f"configure failed: {exc}")
             self._publish_diagnostics()
             return FAILURE
+        self.ignored_parameters = sorted(set(config.values) - set(SPEC_BY_NAME))
+        if self.ignored_parameters:
+            logger.warning(f"ignoring parameters this node does not use: {', '.join(self.ignored_parameters)}")
         self._throttle = KeyedThrottle(config.warn_throttle_s)
         self._health.reset_window(config.invalid_rate_window)
         self._health.detection_enabled = config.detection_rate_hz > 0
