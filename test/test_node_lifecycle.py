@@ -81,8 +81,10 @@ def test_transitions_load_and_unload_the_model(make_node) -> None:
 
 def test_model_stays_loaded_across_deactivate_by_default(make_node) -> None:
     factory = Factory()
-    node = make_node(factory)
+    node = make_node(factory, **{"model.warmup": True})
     assert node.trigger_configure() == SUCCESS and node.trigger_activate() == SUCCESS
+    warmup = factory.engines[0].calls[0]  # one short decode at configure
+    assert warmup["prompt"].startswith("<image>") and warmup["decode"].max_new_tokens == 32
     assert node.trigger_deactivate() == SUCCESS
     assert not factory.engines[0].closed
     assert node.trigger_activate() == SUCCESS

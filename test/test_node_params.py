@@ -164,3 +164,25 @@ def test_parameter_files_merge_like_rcl(tmp_path: Path) -> None:
     (tmp_path / "bad.yaml").write_text("/**:\n  parameters: {}\n", encoding="utf-8")
     with pytest.raises(ParameterError, match="no ros__parameters"):
         load_parameters_file(tmp_path / "bad.yaml")
+
+
+def test_fast_dds_profile_is_set_only_when_the_user_did_not_choose() -> None:
+    from wam_diff2_ros.ros import dds
+
+    profile = dds.find_profile({})
+    assert profile is not None and profile.name == "fastdds_profile.xml" and profile.is_file()
+    env: dict[str, str] = {}
+    applied = dds.ensure_fastdds_profile(env)
+    assert applied and env == applied and set(applied.values()) == {str(profile)}
+    assert set(applied) <= set(dds.PROFILE_VARIABLES)
+    if dds.fastdds_major_version({}) == 3:  # this venv ships Fast DDS 3: only the current variable
+        assert list(applied) == ["FASTDDS_DEFAULT_PROFILES_FILE"]
+    for preset in (
+        {"FASTDDS_DEFAULT_PROFILES_FILE": "/mine.xml"},
+        {"FASTRTPS_DEFAULT_PROFILES_FILE": "/mine.xml"},
+        {"WAM_DIFF2_NO_FASTDDS_PROFILE": "1"},
+        {"RMW_IMPLEMENTATION": "rmw_cyclonedds_cpp"},
+    ):
+        env = dict(preset)
+        assert dds.ensure_fastdds_profile(env) == {} and env == preset
+    assert dds.fastdds_major_version({"AMENT_PREFIX_PATH": "/nonexistent", "ROS_DISTRO": "jazzy"}) in (2, 3)

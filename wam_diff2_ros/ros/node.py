@@ -60,6 +60,7 @@ from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
 from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
+from rclpy.utilities import remove_ros_args
 from sensor_msgs.msg import CameraInfo, CompressedImage, Image
 from std_msgs.msg import String
 from visualization_msgs.msg import MarkerArray
@@ -649,7 +650,7 @@ class WamDiff2Node(LifecycleNode):
 def main(argv: Sequence[str] | None = None, engine_factory: EngineFactory | None = None) -> int:
     """Console script ``wam_diff2_node`` (``ros2 run wam_diff2_ros wam_diff2_node --ros-args ...``)."""
     args = list(sys.argv if argv is None else argv)
-    cli = [a for a in rclpy.utilities.remove_ros_args(args)[1:]]
+    cli = remove_ros_args(args)[1:]
     parser = argparse.ArgumentParser(
         prog="wam_diff2_node",
         description="WAM-Diff2 planner node. Parameters: --ros-args --params-file config/wam_diff2.yaml "
