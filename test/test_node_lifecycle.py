@@ -3,6 +3,7 @@ unloading, configure failures that leave the node unconfigured with the reason."
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from rclpy.parameter import Parameter  # noqa: E402
 from test_node_support import ScriptedEngine  # noqa: E402
 
 from wam_diff2_ros.core.checkpoint import CheckpointError  # noqa: E402
+from wam_diff2_ros.ros.conversions import stamp_to_ns  # noqa: E402
 from wam_diff2_ros.ros.node import WamDiff2Node  # noqa: E402
 
 pytestmark = pytest.mark.ros
@@ -115,3 +117,39 @@ def test_parameters_of_other_nodes_are_ignored_with_a_warning(make_node) -> None
     node = make_node(Factory(), **{"planing.rate_hz": 5.0, "camera_driver.fps": 30})
     assert node.trigger_configure() == SUCCESS
     assert node.ignored_parameters == ["camera_driver.fps", "planing.rate_hz"]
+
+
+def test_rate_zero_plans_once_per_front_image(ros, tmp_path: Path) -> None:
+    """planning.rate_hz 0: one plan per new front image (same process, real DDS between the two nodes)."""
+    from nav_msgs.msg import Path as PathMsg
+    from test_node_support import Collector, FeedSettings, SensorFeeder, wait_until
+
+    overrides = [
+        Parameter("autostart", value=False),
+        Parameter("model.path", value=str(tmp_path)),
+        Parameter("planning.rate_hz", value=0.0),
+    ]
+    node = WamDiff2Node(engine_factory=Factory(), context=ros.context, parameter_overrides=overrides)
+    ros.executor.add_node(node)
+    feeder = None
+    try:
+        assert node.trigger_configure() == SUCCESS and node.trigger_activate() == SUCCESS
+        paths = Collector(ros.node, PathMsg, "/wam_diff2/output/path")
+        settings = FeedSettings(image_rate_hz=4.0, compressed_camera=False)
+        feeder = SensorFeeder(ros.node, "/wam_diff2", settings).start()
+        assert wait_until(lambda: len(paths.snapshot()) >= 1, timeout=10)
+        time.sleep(2.0)
+        feeder.stop()
+        time.sleep(0.3)
+        stamps = [stamp_to_ns(p.header.stamp) for p in paths.snapshot()]
+        sent = feeder.sent_image_stamps
+        assert len(stamps) == len(set(stamps)), "a front image was planned on twice"
+        assert set(stamps) <= set(sent)
+        first = sent.index(stamps[0])
+        assert len(stamps) >= len(sent[first:]) - 1  # (nearly) every image after the first plan got one
+    finally:
+        if feeder is not None:
+            feeder.stop()
+        ros.executor.remove_node(node)
+        node.close()
+        node.destroy_node()
