@@ -549,7 +549,8 @@ class ObservationBuffer:
         """One observation at ``now_ns`` (see the module docstring), or the problems preventing it.
 
         With ``after_stamp_ns`` (the stamp of the last planned front frame) a front frame that is not newer
-        gives an ``idle`` result without problems, as long as it is still fresh.
+        gives an ``idle`` result without problems, as long as it is still fresh; one older by more than the
+        history (a bag loop, a simulation reset) counts as new.
         """
         with self._lock:
             front = self._images[0][-1] if self._images[0] else None
@@ -562,8 +563,8 @@ class ObservationBuffer:
         if problem is not None:
             return AssemblyResult(None, (problem,))
         assert front is not None
-        if after_stamp_ns is not None and front.stamp_ns <= after_stamp_ns:
-            return AssemblyResult(None, (), idle=True)
+        if after_stamp_ns is not None and after_stamp_ns - self._history_ns <= front.stamp_ns <= after_stamp_ns:
+            return AssemblyResult(None, (), idle=True)  # already planned on (a far older stamp: time went back)
         stamp = front.stamp_ns
         problems: list[InputProblem] = []
 
