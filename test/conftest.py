@@ -67,30 +67,12 @@ def session_domain_id() -> int:
     return 1 + os.getpid() % 200
 
 
-def _fastdds_major_version() -> int | None:
-    """3 for Fast DDS 3.x (installs ``share/fastdds/cmake``), 2 for 2.x (``share/fastrtps/cmake``)."""
-    prefixes = [sys.prefix, *os.environ.get("AMENT_PREFIX_PATH", "").split(os.pathsep)]
-    for prefix in filter(None, prefixes):
-        if (Path(prefix) / "share" / "fastdds" / "cmake").is_dir():
-            return 3
-        if (Path(prefix) / "share" / "fastrtps" / "cmake").is_dir():
-            return 2
-    return None
-
-
 def profile_env(profile: Path = FASTDDS_PROFILE) -> dict[str, str]:
-    """Environment variables that make Fast DDS load ``profile`` as the default participant profile.
+    """Environment variables that make Fast DDS load ``profile`` as the default participant profile
+    (only the installed Fast DDS major version's variable; both when it cannot be told)."""
+    from wam_diff2_ros.ros.dds import profile_variables
 
-    Only the variable of the installed Fast DDS major version is set (rmw_fastrtps on Fast DDS 3 warns
-    about the old name); both when the version cannot be told.
-    """
-    major = _fastdds_major_version()
-    env = {}
-    if major in (3, None):
-        env["FASTDDS_DEFAULT_PROFILES_FILE"] = str(profile)
-    if major in (2, None):
-        env["FASTRTPS_DEFAULT_PROFILES_FILE"] = str(profile)
-    return env
+    return profile_variables(profile)
 
 
 def _isolation_env(tmp_dir: Path) -> dict[str, str]:
