@@ -34,33 +34,14 @@ def _round_half_even_multiple(value: float, factor: int) -> int:
     return round(value / factor) * factor
 
 
-def resize_target_request(height: int, width: int, factor: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
-    """Target (height, width) of the first resize (qwen-vl-utils' `smart_resize`).
-
-    Sides are rounded (Python's half-to-even `round`) to multiples of `factor`, then scaled down (floor) or
-    up (ceil) so that the area lies within [min_pixels, max_pixels].
-    """
-    _check_size(height, width)
-    if max_pixels < min_pixels:
-        raise ImageInputError(f"max_pixels ({max_pixels}) is smaller than min_pixels ({min_pixels})")
-    h_bar = max(factor, _round_half_even_multiple(height, factor))
-    w_bar = max(factor, _round_half_even_multiple(width, factor))
-    if h_bar * w_bar > max_pixels:
-        beta = math.sqrt((height * width) / max_pixels)
-        h_bar = max(factor, math.floor(height / beta / factor) * factor)
-        w_bar = max(factor, math.floor(width / beta / factor) * factor)
-    elif h_bar * w_bar < min_pixels:
-        beta = math.sqrt(min_pixels / (height * width))
-        h_bar = math.ceil(height * beta / factor) * factor
-        w_bar = math.ceil(width * beta / factor) * factor
-    return h_bar, w_bar
-
-
-def resize_target_processor(height: int, width: int, factor: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
-    """Target (height, width) of the image processor's own resize (transformers' Qwen2-VL `smart_resize`)."""
+def _smart_resize(
+    height: int, width: int, factor: int, min_pixels: int, max_pixels: int, at_least_factor: bool
+) -> tuple[int, int]:
     _check_size(height, width)
     h_bar = _round_half_even_multiple(height, factor)
     w_bar = _round_half_even_multiple(width, factor)
+    if at_least_factor:
+        h_bar, w_bar = max(factor, h_bar), max(factor, w_bar)
     if h_bar * w_bar > max_pixels:
         beta = math.sqrt((height * width) / max_pixels)
         h_bar = max(factor, math.floor(height / beta / factor) * factor)
@@ -70,6 +51,23 @@ def resize_target_processor(height: int, width: int, factor: int, min_pixels: in
         h_bar = math.ceil(height * beta / factor) * factor
         w_bar = math.ceil(width * beta / factor) * factor
     return h_bar, w_bar
+
+
+def resize_target_request(height: int, width: int, factor: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
+    """Target (height, width) of the first resize (qwen-vl-utils' `smart_resize`).
+
+    Sides are rounded (Python's half-to-even `round`) to multiples of `factor` (at least one factor), then
+    scaled down (floor) or up (ceil) so that the area lies within [min_pixels, max_pixels].
+    """
+    if max_pixels < min_pixels:
+        raise ImageInputError(f"max_pixels ({max_pixels}) is smaller than min_pixels ({min_pixels})")
+    return _smart_resize(height, width, factor, min_pixels, max_pixels, at_least_factor=True)
+
+
+def resize_target_processor(height: int, width: int, factor: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
+    """Target (height, width) of the image processor's own resize (transformers' Qwen2-VL `smart_resize`):
+    the same rule, without the one-factor floor on the rounded sides."""
+    return _smart_resize(height, width, factor, min_pixels, max_pixels, at_least_factor=False)
 
 
 def _check_size(height: int, width: int) -> None:
