@@ -1472,7 +1472,10 @@ def options_from_args(args: argparse.Namespace) -> ReplayOptions:
 def main(argv: Sequence[str] | None = None) -> int:
     """Console script ``wam-diff2-replay`` (see the module docstring); returns the exit code."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, or a usage error already printed
+        return int(exc.code) if isinstance(exc.code, int) else EXIT_USAGE
     prog = parser.prog
     try:
         options = options_from_args(args)
