@@ -41,6 +41,7 @@ from test_node_support import (
 from wam_diff2_ros.ros.conversions import stamp_to_ns
 from wam_diff2_ros.ros.outputs import own_messages
 from wam_diff2_ros.tools.bagio import BagReader, message_class
+from wam_diff2_ros.tools.replay import checkpoint_pixel_limits
 from wam_diff2_ros.tools.sample_drive import SAMPLE_TOPICS, make_sample_bag
 
 pytestmark = pytest.mark.ros
@@ -85,7 +86,7 @@ def bag(tmp_path_factory) -> Path:
     return make_sample_bag(tmp_path_factory.mktemp("live") / "drive", seconds=0.8, width=320, height=180).path
 
 
-def offline_predictions(bag: Path, checkpoint: Path, out: Path, decoding: dict[str, Any]) -> list[dict[str, Any]]:
+def offline_predictions(bag: Path, checkpoint: Path, out: Path, settings: dict[str, Any]) -> list[dict[str, Any]]:
     """``wam-diff2-replay`` as a user runs it (its own process, like the node)."""
     command = [
         str(Path(sys.executable).with_name("wam-diff2-replay")),
@@ -100,7 +101,7 @@ def offline_predictions(bag: Path, checkpoint: Path, out: Path, decoding: dict[s
         "cpu",
         "--no-plots",
         "--no-copy-inputs",
-        *[arg for key, value in decoding.items() for arg in ("--set", f"{key}={value}")],
+        *[arg for key, value in settings.items() for arg in ("--set", f"{key}={value}")],
     ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -158,8 +159,12 @@ def _time(stamp_ns: int) -> Any:
 def test_live_replay_with_sim_time_matches_offline_replay(which: str, bag: Path, harness, tmp_path: Path) -> None:
     checkpoint = tiny_checkpoint() if which == "tiny" else trained_checkpoint()
     assert checkpoint is not None
-    decoding = DECODING if which == "tiny" else {}
-    offline = offline_predictions(bag, checkpoint, tmp_path / "offline", decoding)
+    if which == "tiny":
+        settings: dict[str, Any] = DECODING
+    else:  # the checkpoint's own image limits (what --model demo uses), given to both sides
+        limits = checkpoint_pixel_limits(str(checkpoint))
+        settings = {} if limits is None else {"model.min_pixels": limits[0], "model.max_pixels": limits[1]}
+    offline = offline_predictions(bag, checkpoint, tmp_path / "offline", settings)
     assert [r["status"] for r in offline] == ["planned"] * len(offline) and len(offline) == 8
 
     params = write_params(
@@ -171,7 +176,7 @@ def test_live_replay_with_sim_time_matches_offline_replay(which: str, bag: Path,
             "use_sim_time": True,
             "planning.rate_hz": 0.0,
             "cameras.transports": ["compressed"],
-            **decoding,
+            **settings,
         },
     )
     remaps = [arg for source, target in REMAPS.items() for arg in ("-r", f"{source}:={target}")]

@@ -685,3 +685,28 @@ def test_topics_from_the_parameters_file(tmp_path: Path) -> None:
     assert result.exit_code == EXIT_OK
     assert result.metrics["run"]["topics"]["odometry"] == "/x/odom"
     assert result.metrics["ade_4s"] == pytest.approx(2.25)
+
+
+def test_model_demo_uses_the_demo_checkpoint_and_its_pixel_limits(tmp_path: Path, tiny: Path, monkeypatch) -> None:
+    import types
+
+    demo_dir = tmp_path / "demo-0123456789ab"
+    shutil.copytree(tiny, demo_dir)
+    config_path = demo_dir / "preprocessor_config.json"
+    preprocessor = json.loads(config_path.read_text())
+    preprocessor["size"] = {"longest_edge": 131072, "shortest_edge": 12544}
+    config_path.write_text(json.dumps(preprocessor))
+    fake = types.ModuleType("wam_diff2_ros.core.demo")
+    fake.demo_checkpoint = lambda: demo_dir
+    monkeypatch.setitem(sys.modules, "wam_diff2_ros.core.demo", fake)
+    bag = write_drive_bag(tmp_path / "bag", straight(3.0), seconds=1.0, image_times=[0.5], size=(960, 540))
+    out = tmp_path / "out"
+    assert main([str(bag), "--out", str(out), "--model", "demo", *FAST, "--no-plots"]) == EXIT_OK
+    run = read_metrics(out)["run"]
+    assert run["model_path"] == str(demo_dir) and run["pixel_limits"] == [12544, 131072]
+    # explicit limits win
+    assert (
+        main([str(bag), "--out", str(out), "--model", "demo", *FAST, "--overwrite", "--set", "model.max_pixels=50000"])
+        == 0
+    )
+    assert read_metrics(out)["run"]["pixel_limits"] == [12544, 50000]
