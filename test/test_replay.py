@@ -121,6 +121,7 @@ def write_drive_bag(
     command_topic: str = "/route/command",
     command: str = "straight",
     extra: list[tuple[str, str, Any]] | None = None,
+    more_cameras: list[tuple[str, bool, tuple[int, int]]] | None = None,
 ) -> Path:
     """A bag with 50 Hz odometry (stamps on 20 ms ticks), images at ``image_times`` (s), one command at t=0 and
     ``extra`` messages at 0.1 s."""
@@ -136,6 +137,8 @@ def write_drive_bag(
     for i, t in enumerate(image_times):
         stamp = T0 + round(t * NS)
         events.append((stamp, 2, image_topic, image_msg(stamp, *size, compressed, seed=i)))
+        for topic, more_compressed, more_size in more_cameras or []:
+            events.append((stamp, 2, topic, image_msg(stamp, *more_size, more_compressed, seed=100 + i)))
     for topic, _, msg in extra or []:
         events.append((T0 + 100_000_000, 3, topic, msg))
     events.sort(key=lambda e: (e[0], e[1]))
@@ -146,6 +149,8 @@ def write_drive_bag(
         bag.add_topic(image_topic, "sensor_msgs/msg/CompressedImage" if compressed else "sensor_msgs/msg/Image")
         for topic, msgtype, _ in extra or []:
             bag.add_topic(topic, msgtype)
+        for topic, more_compressed, _ in more_cameras or []:
+            bag.add_topic(topic, "sensor_msgs/msg/CompressedImage" if more_compressed else "sensor_msgs/msg/Image")
         for stamp, _, topic, msg in events:
             bag.write(topic, msg, stamp)
     return path
@@ -182,10 +187,12 @@ class KnownAnswerEngine:
 
     def __init__(self, config: Any = None, invalid_every: int = 4) -> None:
         self.calls: list[str] = []
+        self.image_shapes: list[list[tuple[int, ...]]] = []
         self.invalid_every = invalid_every
 
     def generate(self, prompt: str, images: Any = (), decode: Any = None, system: Any = None) -> KnownGeneration:
         self.calls.append(prompt)
+        self.image_shapes.append([tuple(np.asarray(image).shape) for image in images])
         k = len(self.calls)
         timing = KnownTiming(total_s=0.1 * k)
         if self.invalid_every and k % self.invalid_every == 0:
@@ -710,3 +717,48 @@ def test_model_demo_uses_the_demo_checkpoint_and_its_pixel_limits(tmp_path: Path
         == 0
     )
     assert read_metrics(out)["run"]["pixel_limits"] == [12544, 50000]
+
+
+def test_two_cameras_in_flag_order_with_their_own_transports(tmp_path: Path) -> None:
+    bag = write_drive_bag(
+        tmp_path / "two_cameras",
+        straight(4.0),
+        seconds=3.0,
+        image_times=[0.5, 1.0],
+        image_topic="/front/image_raw",
+        more_cameras=[("/left/image_raw/compressed", True, (96, 64))],
+    )
+    template = (
+        "Front: <image>\nLeft: <image>\nThe navigation information is: {command}\n"
+        "The current velocity is: ({vx},{vy}) and current accelerate is: ({ax},{ay})\nPlan 8 waypoints."
+    )
+    overrides = replay_tool.parse_set(["cameras.names=[front, left]", f"prompt.template={template}"])
+    request = TopicRequest(image_topics=["/front/image_raw", "/left/image_raw/compressed"])
+    result, engine = known_replay(bag, tmp_path / "out", topics=request, overrides=overrides)
+    assert result.exit_code == EXIT_OK
+    assert engine.image_shapes == [[(48, 64, 3), (64, 96, 3)]] * 2  # prompt image order = camera order
+    assert engine.calls[0].startswith("Front: <image>\nLeft: <image>\nThe navigation information is: straight")
+    assert result.metrics["run"]["topics"]["images"] == [
+        {"topic": "/front/image_raw", "transport": "raw"},
+        {"topic": "/left/image_raw/compressed", "transport": "compressed"},
+    ]
+    assert read_predictions(tmp_path / "out")[0]["image_stamps_ns"] == [T0 + NS // 2] * 2
+
+
+def test_set_values_keep_text_and_parse_the_rest() -> None:
+    values = replay_tool.parse_set(
+        [
+            "prompt.template=Front: <image> {command}",
+            "cameras.names=[front, left]",
+            "planning.rate_hz=0",
+            "debug.image=false",
+        ]
+    )
+    assert values == {
+        "prompt.template": "Front: <image> {command}",
+        "cameras.names": ["front", "left"],
+        "planning.rate_hz": 0,
+        "debug.image": False,
+    }
+    with pytest.raises(replay_tool.ReplayUsageError, match=r"did you mean planning\.rate_hz"):
+        replay_tool.parse_set(["rate_hz=2"])

@@ -359,7 +359,8 @@ class ReplayOptions:
 
 
 def parse_set(items: Sequence[str]) -> dict[str, Any]:
-    """``key=value`` strings → parameters; values are YAML (``0.5``, ``true``, ``[front, left]``)."""
+    """``key=value`` strings → parameters. Values of text parameters are taken as written (a prompt template may
+    hold ``: ``); the others are YAML (``0.5``, ``true``, ``[front, left]``)."""
     import yaml
 
     from wam_diff2_ros.ros.params import SPEC_BY_NAME
@@ -374,6 +375,10 @@ def parse_set(items: Sequence[str]) -> dict[str, Any]:
             close = [n for n in SPEC_BY_NAME if n.split(".")[-1] == key.split(".")[-1]]
             hint = f" (did you mean {', '.join(close)}?)" if close else ""
             raise ReplayUsageError(f"--set {key}: unknown parameter{hint}; see config/wam_diff2.yaml")
+        spec = SPEC_BY_NAME.get(key)
+        if (spec is not None and isinstance(spec.default, str)) or (key in REPLAY_KEYS and key.endswith("_topic")):
+            values[key] = text
+            continue
         try:
             values[key] = yaml.safe_load(text) if text.strip() else ""
         except yaml.YAMLError as exc:
@@ -440,6 +445,8 @@ def _read_params(options: ReplayOptions) -> tuple[dict[str, Any], TopicRequest]:
         if key not in REPLAY_KEYS:
             raise ReplayUsageError(f"parameter {key}: unknown (replay keys: {', '.join(REPLAY_KEYS)})")
         name = REPLAY_KEYS[key]
+        if value is None:  # `key: null` = not set
+            continue
         if name.endswith("_topics"):
             value = [value] if isinstance(value, str) else value
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
@@ -702,13 +709,14 @@ class _Progress:
             self.bar.n = round(done_s, 1)
             self.bar.set_postfix(planned=planned, valid=valid, blocked=blocked, refresh=False)
             self.bar.refresh()
-        elif self.lines and self.total_s:
-            decile = int(10 * done_s / self.total_s)
-            if decile > self.last_decile:
-                self.last_decile = decile
+        elif self.lines:
+            # every 10 % of the window, or every 10 s of bag time when its length is unknown
+            step = int(10 * done_s / self.total_s) if self.total_s else int(done_s // 10)
+            if step > self.last_decile:
+                self.last_decile = step
+                total = f" / {self.total_s:.1f}" if self.total_s else ""
                 print(
-                    f"replay: {done_s:6.1f} / {self.total_s:.1f} s of bag time, {planned} planned "
-                    f"({valid} valid), {blocked} blocked",
+                    f"replay: {done_s:6.1f}{total} s of bag time, {planned} planned ({valid} valid), {blocked} blocked",
                     file=self.stream,
                     flush=True,
                 )
