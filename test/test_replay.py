@@ -762,3 +762,36 @@ def test_set_values_keep_text_and_parse_the_rest() -> None:
     }
     with pytest.raises(replay_tool.ReplayUsageError, match=r"did you mean planning\.rate_hz"):
         replay_tool.parse_set(["rate_hz=2"])
+
+
+def test_sigterm_ends_the_replay_with_its_outputs_written(sample_bag: Path, tiny: Path, tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import time
+
+    out = tmp_path / "out"
+    command = [str(Path(sys.executable).with_name("wam-diff2-replay")), str(sample_bag), "--out", str(out)]
+    process = subprocess.Popen(
+        [*command, "--model", str(tiny), *FAST, "--no-plots"], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    try:
+        deadline = time.monotonic() + 120
+        predictions = out / "predictions.jsonl"
+        while time.monotonic() < deadline and process.poll() is None:
+            if predictions.is_file() and predictions.read_text().count("\n") >= 1:
+                break
+            time.sleep(0.05)
+        assert process.poll() is None, process.communicate()
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 130, err.decode()
+    assert b"interrupted at t=" in err
+    metrics = read_metrics(out)
+    assert metrics["exit_code"] == 130 and metrics["complete"] is False
+    assert 1 <= metrics["num_instants"] < 7 and metrics["num_instants"] == len(read_predictions(out))
+    with BagReader(out / "out") as reader:  # closed cleanly
+        assert reader.damaged is None
+        assert reader.topics["/wam_diff2/output/trajectory"].count == metrics["num_instants"]

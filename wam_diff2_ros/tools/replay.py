@@ -39,7 +39,7 @@ image topic's type.
 Exit codes: 0 done; 1 the model could not be loaded or kept failing; 2 bad command line, parameters,
 topics or unreadable bag; 3 the bag is damaged or truncated (everything readable before the damage was
 replayed and written); 4 the replay ran but no instant could be planned (outputs written, the reasons are
-in ``metrics.json`` and the summary); 130 interrupted (outputs so far written).
+in ``metrics.json`` and the summary); 130 interrupted by Ctrl-C or SIGTERM (outputs so far written).
 """
 
 from __future__ import annotations
@@ -685,6 +685,7 @@ class _Progress:
         self.stream = stream
         self.bar: Any = None
         self.shown_s = -1.0
+        self.latest: tuple[float, int, int, int] | None = None
         self.last_decile = -1
         self.lines = False
         if mode is False:
@@ -702,7 +703,8 @@ class _Progress:
         if self.total_s is not None:
             done_s = min(done_s, self.total_s)
         done_s = max(0.0, done_s)
-        if done_s - self.shown_s < 0.1:
+        self.latest = (done_s, planned, valid, blocked)
+        if done_s - self.shown_s < 0.099:
             return
         self.shown_s = done_s
         if self.bar is not None:
@@ -722,8 +724,11 @@ class _Progress:
                 )
 
     def close(self) -> None:
-        """Finish the bar."""
+        """Show the last state and finish the bar."""
         if self.bar is not None:
+            if self.latest is not None:
+                self.shown_s = -1.0
+                self.update(*self.latest)
             self.bar.close()
 
 
@@ -1076,6 +1081,8 @@ def _run_replay(
     except KeyboardInterrupt:
         run.interrupted = True
     finally:
+        if progress.latest is not None:
+            progress.latest = (progress.latest[0], run.num_planned, run.num_valid, run.num_blocked)
         progress.close()
         outputs.close()
     if run.decode_errors:
@@ -1436,7 +1443,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Replay a rosbag2 bag (MCAP or sqlite3) through the WAM-Diff2 node's planning path offline "
         "and evaluate the plans against the ego's actual future from the bag's odometry.",
         epilog="Exit codes: 0 done; 1 model failed; 2 usage / parameters / topics / unreadable bag; 3 bag damaged "
-        "or truncated (the readable part was replayed and written); 4 nothing could be planned; 130 interrupted.",
+        "or truncated (the readable part was replayed and written); 4 nothing could be planned; 130 interrupted "
+        "(Ctrl-C, SIGTERM; outputs so far written).",
     )
     parser.add_argument("bag", type=Path, help="bag folder, metadata.yaml, .mcap or .db3 file")
     parser.add_argument("--out", type=Path, required=True, help="output folder (bag, predictions, metrics, plots)")
@@ -1508,6 +1516,27 @@ def options_from_args(args: argparse.Namespace) -> ReplayOptions:
     )
 
 
+def _raise_on_sigterm() -> Any:
+    """Make SIGTERM (``timeout``, a cancelled job) end the replay like Ctrl-C: outputs written, exit 130."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    return signal.signal(signal.SIGTERM, interrupt)
+
+
+def _restore_sigterm(previous: Any) -> None:
+    import signal
+
+    if previous is not None:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Console script ``wam-diff2-replay`` (see the module docstring); returns the exit code."""
     parser = build_parser()
@@ -1516,6 +1545,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # --help, or a usage error already printed
         return int(exc.code) if isinstance(exc.code, int) else EXIT_USAGE
     prog = parser.prog
+    previous = _raise_on_sigterm()
     try:
         options = options_from_args(args)
         result = replay(options)
@@ -1528,6 +1558,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    finally:
+        _restore_sigterm(previous)
     print(result.summary, end="")
     if result.error:
         print(f"{prog}: error: {result.error}", file=sys.stderr)
