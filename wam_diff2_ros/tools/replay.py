@@ -1261,11 +1261,15 @@ def _finish(
         notes.append("plots skipped: no ground truth")
     elif options.plots:
         model_name = getattr(engine, "name", "?")
+        horizon_ns = round(config.planning.num_waypoints * config.planning.waypoint_dt_s * _NS)
+        # panels at instants whose whole future is in the bag (when there are any)
+        full = [row for row in plan_rows if row["stamp_ns"] + horizon_ns <= track.end_ns]
+        bev_rows = full or plan_rows
         drawings = (
             (
                 "bev",
                 lambda: evaluation.plot_bev(
-                    plan_rows,
+                    bev_rows,
                     track,
                     out / "plots" / "bev.png",
                     title=f"{model_name} on {Path(reader.path).name}: predicted vs actual future (ego frame)",
@@ -1402,6 +1406,15 @@ def _summary_text(topic_map: TopicMap, metrics: Mapping[str, Any], plots: Sequen
             for h in ("1s", "2s", "3s", "4s")
         ),
     ]
+    by_command = metrics.get("by_command") or {}
+    if len(by_command) > 1:
+        lines.append(
+            "by command: "
+            + ", ".join(
+                f"{name} ADE/FDE@4s {_fmt(group.get('ade_4s'))}/{_fmt(group.get('fde_4s'))} m (n={group['count']})"
+                for name, group in by_command.items()
+            )
+        )
     latency = metrics["latency_ms"]
     lines.append(
         f"latency:    model p50 {_fmt(latency['p50'], ' ms', 0)}, p95 {_fmt(latency['p95'], ' ms', 0)}, "
