@@ -88,7 +88,14 @@ class Engine:
         min_pixels: int = DEFAULT_MIN_PIXELS,
         max_pixels: int = DEFAULT_MAX_PIXELS,
     ) -> Engine:
-        """Validate and load a checkpoint directory onto a device (`auto`, `cpu`, `cuda[:N]`, `npu[:N]`)."""
+        """Validate and load a checkpoint directory onto a device (`auto`, `cpu`, `cuda[:N]`, `npu[:N]`).
+
+        `checkpoint="demo"` is the package's trained demo model (expanded into the cache on first use).
+        """
+        if str(checkpoint) == "demo":
+            from .demo import demo_checkpoint
+
+            checkpoint = demo_checkpoint()
         info = inspect_checkpoint(checkpoint)
         torch_device = resolve_device(device)
         torch_dtype = resolve_dtype(dtype)

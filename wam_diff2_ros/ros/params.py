@@ -63,7 +63,9 @@ PARAMETER_SPECS: tuple[ParameterSpec, ...] = (
     ParameterSpec(
         "autostart", True, "configure and activate at start (plain `ros2 run`); false: wait for lifecycle transitions"
     ),
-    ParameterSpec("model.path", "", "checkpoint directory (config.json, *.safetensors, tokenizer); required"),
+    ParameterSpec(
+        "model.path", "", "checkpoint directory (config.json, *.safetensors, tokenizer), or 'demo'; required"
+    ),
     ParameterSpec("model.device", "auto", f"device: {DEVICES_HINT}"),
     ParameterSpec("model.dtype", "bfloat16", "weight dtype: bfloat16|float16|float32 (float32 on CPU)"),
     ParameterSpec("model.min_pixels", DEFAULT_MIN_PIXELS, "smallest image area after the processor's resize"),
@@ -370,7 +372,7 @@ class _Reader:
         model_path = self.text("model.path").strip()
         if require_model and not model_path:
             self.fail("model.path", "is empty; set it to a checkpoint directory (-p model.path:=/path/to/ckpt)")
-        elif model_path and not Path(model_path).expanduser().is_dir():
+        elif model_path and model_path != "demo" and not Path(model_path).expanduser().is_dir():
             self.fail("model.path", f"{model_path!r} is not a directory")
         device = self.text("model.device").strip()
         base = device.split(":", 1)[0]

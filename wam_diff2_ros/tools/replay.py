@@ -459,18 +459,6 @@ def _read_params(options: ReplayOptions) -> tuple[dict[str, Any], TopicRequest]:
     return values, request
 
 
-def checkpoint_pixel_limits(path: str) -> tuple[int, int] | None:
-    """``(min_pixels, max_pixels)`` from a checkpoint's ``preprocessor_config.json`` (None when unreadable)."""
-    from wam_diff2_ros.core.processor import ImageProcessorConfig
-
-    try:
-        data = json.loads((Path(path) / "preprocessor_config.json").read_text(encoding="utf-8"))
-        config = ImageProcessorConfig.from_dict(data)
-    except (OSError, ValueError, TypeError, AttributeError):
-        return None
-    return config.min_pixels, config.max_pixels
-
-
 def build_config(
     options: ReplayOptions, values: Mapping[str, Any], topic_map: TopicMap | None, notes: list[str] | None = None
 ) -> Any:
@@ -478,22 +466,15 @@ def build_config(
 
     Precedence: flags (``--model``, ``--device``, ``--dtype``, ``--rate-hz``, the image topics' transports) over
     ``--set`` over ``--params`` over the node's defaults. Without ``--dtype`` / ``--set model.dtype`` the dtype is
-    float32 on CPU (bf16 has no CPU units), else ``model.dtype``. With ``--model demo`` the image pixel limits are
-    the demo checkpoint's own (what it was trained with) unless ``model.min_pixels`` / ``model.max_pixels`` are
-    given.
+    float32 on CPU (bf16 has no CPU units), else ``model.dtype``. (A checkpoint's own image processor limits, such
+    as the demo model's, apply after ``model.min_pixels`` / ``model.max_pixels``, as in the node.)
     """
     from wam_diff2_ros.ros.params import SPEC_BY_NAME, NodeConfig, ParameterError
 
     merged = {s.name: s.default for s in SPEC_BY_NAME.values()}
     merged.update(values)
-    model_path, how = _model_path(options.model, str(merged.get("model.path") or ""))
+    model_path, _how = _model_path(options.model, str(merged.get("model.path") or ""))
     merged["model.path"] = model_path
-    if how == "the package's demo model" and not {"model.min_pixels", "model.max_pixels"} & set(values):
-        limits = checkpoint_pixel_limits(model_path)
-        if limits is not None:
-            merged["model.min_pixels"], merged["model.max_pixels"] = limits
-            if notes is not None:
-                notes.append(f"demo model: its own image limits min_pixels {limits[0]}, max_pixels {limits[1]}")
     if options.device:
         merged["model.device"] = options.device
     merged["model.dtype"] = _resolve_dtype(
