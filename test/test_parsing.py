@@ -338,9 +338,7 @@ def test_truncated_answer_is_repaired():
 
 
 def test_truncated_inside_a_string_with_brackets():
-    answer = (
-        '[{"bbox_2d": [1, 1, 9, 9], "label": "sign \\"{[x]}\\""}, {"bbox_2d": [2, 2, 8, 8], "label": "a}]'
-    )
+    answer = '[{"bbox_2d": [1, 1, 9, 9], "label": "sign \\"{[x]}\\""}, {"bbox_2d": [2, 2, 8, 8], "label": "a}]'
     result = parse_detections(answer, 1000, 1000)
     assert [d.label for d in result.detections] == ['sign "{[x]}"']
     assert result.repaired
@@ -518,9 +516,7 @@ def test_any_text_never_raises_for_detections(text, width, height):
 
 
 _json_ish = st.lists(
-    st.sampled_from(
-        ['{"bbox_2d": [', "1", "500", ", ", "]", "}", '"label": "a"', '"', "[", "{", "```json\n"]
-    ),
+    st.sampled_from(['{"bbox_2d": [', "1", "500", ", ", "]", "}", '"label": "a"', '"', "[", "{", "```json\n"]),
     max_size=40,
 ).map("".join)
 

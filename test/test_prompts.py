@@ -86,9 +86,7 @@ def test_telemetry_must_be_pairs_of_numbers(bad):
 
 
 def test_numpy_telemetry_is_accepted():
-    prompt = build_planning_prompt(
-        np.int64(2), np.array([4.66, -0.09]), (np.float32(0.17), np.float64(-1.53))
-    )
+    prompt = build_planning_prompt(np.int64(2), np.array([4.66, -0.09]), (np.float32(0.17), np.float64(-1.53)))
     assert prompt == TRAINED_NAVSIM_PROMPT
 
 
@@ -209,9 +207,7 @@ def test_custom_template_is_used_verbatim():
     template = "<image>\nCommand: {command}. Speed ({vx}, {vy}); accel ({ax}, {ay}) at ({px},{py}). {{json}}"
     assert resolve_planning_template(template) == template
     prompt = build_planning_prompt("straight", (10.0, 0.126), (-0.5, 0.0), template=template)
-    assert prompt == (
-        "<image>\nCommand: straight. Speed (10.00, 0.13); accel (-0.50, 0.00) at (0.00,0.00). {json}"
-    )
+    assert prompt == ("<image>\nCommand: straight. Speed (10.00, 0.13); accel (-0.50, 0.00) at (0.00,0.00). {json}")
 
 
 def test_custom_template_may_omit_position():
@@ -277,9 +273,7 @@ def test_builtin_template_has_one_image():
 
 
 def test_vqa_prompt():
-    assert build_vqa_prompt("  What is the traffic light state?\n") == (
-        "<image>What is the traffic light state?"
-    )
+    assert build_vqa_prompt("  What is the traffic light state?\n") == ("<image>What is the traffic light state?")
     assert build_vqa_prompt("Describe.", num_images=3) == "<image><image><image>Describe."
     assert build_vqa_prompt("Describe.", num_images=0) == "Describe."
     for bad in ("", "   \n", None):
