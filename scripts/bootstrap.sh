@@ -5,8 +5,9 @@
 #                                 wheels), replay and test extras, and the package's own ROS messages.
 #   scripts/bootstrap.sh --tf457  .venv-tf457: the core engine against transformers 4.57.3 (the reference's pin).
 #
-# Environment: PYTHON (default python3), TORCH_SPEC (default "torch==2.13.0"; e.g. set it to a CUDA build's spec
-# on a GPU machine). On a fresh Debian machine run as root, missing system packages (python3-venv, python3-dev,
+# Environment: PYTHON (default python3), TORCH_SPEC (default "torch==2.13.0": the CPU build on these development
+# machines, the CUDA build from PyPI elsewhere; on a CPU-only machine with internet access,
+# TORCH_SPEC="torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu" avoids the large CUDA download). On a fresh Debian machine run as root, missing system packages (python3-venv, python3-dev,
 # cmake, g++) are installed with apt-get; otherwise the script says which to install.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -62,7 +63,8 @@ fi
 PIP=("$VENV/bin/python" -m pip --disable-pip-version-check -q)
 "${PIP[@]}" install --upgrade pip setuptools wheel
 log "installing $TORCH_SPEC"
-"${PIP[@]}" install "$TORCH_SPEC"
+# shellcheck disable=SC2086  # TORCH_SPEC may carry pip options, e.g. "torch==2.13.0 --index-url <CPU wheels>"
+"${PIP[@]}" install $TORCH_SPEC
 log "installing the package ($EXTRAS ${EXTRA_SPECS[*]})"
 "${PIP[@]}" install -e "$EXTRAS" "${EXTRA_SPECS[@]}"
 if [ "$MODE" = main ]; then
