@@ -41,7 +41,6 @@ from test_node_support import (
 from wam_diff2_ros.ros.conversions import stamp_to_ns
 from wam_diff2_ros.ros.outputs import own_messages
 from wam_diff2_ros.tools.bagio import BagReader, message_class
-from wam_diff2_ros.tools.replay import checkpoint_pixel_limits
 from wam_diff2_ros.tools.sample_drive import SAMPLE_TOPICS, make_sample_bag
 
 pytestmark = pytest.mark.ros
@@ -161,9 +160,8 @@ def test_live_replay_with_sim_time_matches_offline_replay(which: str, bag: Path,
     assert checkpoint is not None
     if which == "tiny":
         settings: dict[str, Any] = DECODING
-    else:  # the checkpoint's own image limits (what --model demo uses), given to both sides
-        limits = checkpoint_pixel_limits(str(checkpoint))
-        settings = {} if limits is None else {"model.min_pixels": limits[0], "model.max_pixels": limits[1]}
+    else:  # both sides keep the node's default image limits (the checkpoint's processor caps them)
+        settings = {}
     offline = offline_predictions(bag, checkpoint, tmp_path / "offline", settings)
     assert [r["status"] for r in offline] == ["planned"] * len(offline) and len(offline) == 8
 
