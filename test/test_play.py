@@ -92,6 +92,8 @@ def test_bad_arguments_and_missing_bag_exit_2(tmp_path, capsys):
     assert "error:" in capsys.readouterr().err
     assert main([str(tmp_path), "--rate", "0"]) == 2
     assert "--rate" in capsys.readouterr().err
+    assert main([str(tmp_path), "--qos-depth", "0"]) == 2
+    assert "--qos-depth" in capsys.readouterr().err
     assert main([str(tmp_path), "--remap", "/a=/b"]) == 2
     assert "remap" in capsys.readouterr().err
 
@@ -111,9 +113,12 @@ def test_plays_every_message_in_order_with_clock_and_remap(bag, harness, tmp_pat
     from rosgraph_msgs.msg import Clock
     from sensor_msgs.msg import CompressedImage
 
-    images = Collector(harness.node, CompressedImage, "/played/front")
-    odometry = Collector(harness.node, Odometry, ODOM)
-    clock = Collector(harness.node, Clock, "/clock", QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE))
+    # Deep reader histories: a loaded machine may stall this process's executor for a moment, and a keep-last
+    # reader overwrites what it has not handed out yet.
+    history = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE)
+    images = Collector(harness.node, CompressedImage, "/played/front", history)
+    odometry = Collector(harness.node, Odometry, ODOM, history)
+    clock = Collector(harness.node, Clock, "/clock", history)
     rate = 2.0
     command = [PLAYER, str(bag), "--clock", "--rate", str(rate), "--remap", f"{FRONT}:=/played/front"]
     command += ["--wait-for-subscribers", "20", "--topics", FRONT, ODOM]

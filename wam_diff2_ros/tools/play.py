@@ -4,9 +4,12 @@ What ``ros2 bag play [--clock] [--rate R] [--loop] [--remap ...]`` does, for mac
 the PyPI wheels (``ros2 bag`` is not among them). Messages go out in receive-time order, each at
 ``start + (bag time - first bag time) / rate`` on the wall clock; with ``--clock`` the ``/clock`` topic is
 advanced to each message's bag time just before the message is published (and every ``1 / --clock-hz`` s in
-between), so a node with ``use_sim_time:=true`` sees the bag's time. Publishers use the default reliable
-profile (depth 10; a best-effort subscriber such as the node's image inputs still matches it), latched
-(transient local) for ``/tf_static`` and topics recorded that way.
+between), so a node with ``use_sim_time:=true`` sees the bag's time. Publishers are reliable with
+a keep-last history of ``--qos-depth`` (default 100, so a subscriber that stalls for a moment still gets every
+message; a best-effort subscriber such as the node's image inputs matches too), latched
+(transient local) for ``/tf_static`` and topics recorded that way. At the end the player waits (up to
+``--wait-for-all-acked`` ms) until reliable subscribers have acknowledged everything, so the last messages are
+not lost when the process exits.
 
 Exit codes: 0 done, 2 bad command line or the bag cannot be opened, 3 the bag is damaged (everything readable
 before the damage was published), 130 interrupted.
@@ -110,6 +113,14 @@ def _parser() -> argparse.ArgumentParser:
         help="wait up to SECONDS for at least one subscriber on every played topic before starting",
     )
     parser.add_argument("--delay", type=float, default=0.5, help="seconds between creating publishers and playing")
+    parser.add_argument("--qos-depth", type=int, default=100, help="keep-last history of each publisher (default 100)")
+    parser.add_argument(
+        "--wait-for-all-acked",
+        type=float,
+        default=3500.0,
+        metavar="MS",
+        help="at the end, wait up to MS ms for reliable subscribers to acknowledge everything (default 3500; 0: off)",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
     return parser
 
@@ -123,6 +134,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ValueError(f"--rate must be > 0, got {args.rate}")
         if not args.clock_hz > 0:
             raise ValueError(f"--clock-hz must be > 0, got {args.clock_hz}")
+        if not args.wait_for_all_acked >= 0:
+            raise ValueError(f"--wait-for-all-acked must be >= 0, got {args.wait_for_all_acked}")
+        if args.qos_depth < 1:
+            raise ValueError(f"--qos-depth must be >= 1, got {args.qos_depth}")
         if args.start < 0 or (args.duration is not None and args.duration <= 0):
             raise ValueError("--start must be >= 0 and --duration > 0")
         reader = BagReader(Path(args.bag))
@@ -168,12 +183,13 @@ def _play(reader: BagReader, topics: dict[str, TopicInfo], remaps: dict[str, str
     node = rclpy.create_node("wam_diff2_play", context=context, start_parameter_services=False)
     published = 0
     try:
-        publishers = {}
+        publishers: dict[str, Any] = {}
+        clock = None
         for name, info in topics.items():
             durability = DurabilityPolicy.TRANSIENT_LOCAL if is_latched(info) else DurabilityPolicy.VOLATILE
-            qos = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE, durability=durability)
+            qos = QoSProfile(depth=args.qos_depth, reliability=ReliabilityPolicy.RELIABLE, durability=durability)
             publishers[name] = node.create_publisher(message_class(info.msgtype), remaps.get(name, name), qos)
-        clock = node.create_publisher(Clock, "/clock", 10) if args.clock else None
+        clock = node.create_publisher(Clock, "/clock", args.qos_depth) if args.clock else None
         _wait_for_subscribers(node, list(publishers.values()), args.wait_for_subscribers, stop)
         stop.wait(max(args.delay, 0.0))
 
@@ -213,10 +229,30 @@ def _play(reader: BagReader, topics: dict[str, TopicInfo], remaps: dict[str, str
                 break
         return 130 if stop.is_set() else 0
     finally:
+        _flush(list(publishers.values()) + ([clock] if clock is not None else []), args.wait_for_all_acked / 1000.0)
         node.destroy_node()
         rclpy.shutdown(context=context)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def _flush(publishers: list[Any], timeout_s: float) -> None:
+    """Give reliable subscribers up to `timeout_s` to acknowledge what was published before the writers go.
+
+    Without it the last messages of a bag can be lost: the process exits while they are still in flight (a lost
+    last sample is only repaired after the writer's next heartbeat, 3 s apart by default in Fast DDS).
+    """
+    from rclpy.duration import Duration
+
+    deadline = time.monotonic() + timeout_s
+    for publisher in publishers:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return
+        try:
+            publisher.wait_for_all_acked(Duration(nanoseconds=int(left * 1e9)))
+        except Exception:  # best effort on the way out (e.g. an RMW without the call)
+            return
 
 
 def _wait_for_subscribers(node: Any, publishers: list[Any], timeout_s: float, stop: threading.Event) -> None:
