@@ -1,0 +1,340 @@
+"""The embedded demo model: materialisation, the training objective's equivalence with the decoder, quality.
+
+The shipped compact weights (`wam_diff2_ros/demo/`) are expanded into temporary cache roots; the quality checks
+decode held-out synthetic samples (other seeds and other drives than training) through the real engine with
+the default decoding settings, on CPU in float32.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from wam_diff2_ros.core import demo
+from wam_diff2_ros.core.checkpoint import inspect_checkpoint
+from wam_diff2_ros.core.decoding import DecodeConfig, _block_causal_mask
+from wam_diff2_ros.core.engine import Engine
+from wam_diff2_ros.core.parsing import parse_waypoints
+from wam_diff2_ros.core.prompts import PLANNING_TEMPLATES, build_messages, build_planning_prompt
+from wam_diff2_ros.tools import train_demo
+
+# Measured on held-out samples by the training script (metrics.json, valid_rate); see floor_from_metrics.
+METRICS = json.loads((demo.DEMO_DIR / demo.METRICS).read_text(encoding="utf-8"))
+HELD_OUT_PROMPTS = 16
+
+
+def _tree_bytes(root: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory) -> Path:
+    return demo.demo_checkpoint(cache_dir=tmp_path_factory.mktemp("demo_cache"))
+
+
+@pytest.fixture(scope="module")
+def engine(checkpoint):
+    return Engine.load(checkpoint, device="cpu", dtype="float32")
+
+
+@pytest.fixture(scope="module")
+def held_out():
+    """Held-out samples and the images of one held-out drive (not used in training)."""
+    pool = train_demo.render_image_pool(train_demo.HELD_OUT_DRIVE_SEEDS[:1], 2, seed=train_demo.HELD_OUT_SEED)
+    samples = train_demo.make_samples(HELD_OUT_PROMPTS, train_demo.HELD_OUT_SEED + 7, pool.by_command)
+    return samples, pool
+
+
+# --------------------------------------------------------------------------------------------------
+# Shipping and materialisation
+
+
+def test_shipped_files_are_compact_and_consistent():
+    manifest = demo.load_manifest()
+    compact = demo.DEMO_DIR / demo.COMPACT_WEIGHTS
+    assert compact.stat().st_size == manifest["compact_bytes"] < 8_000_000
+    assert demo.sha256_file(compact) == manifest["compact_sha256"]
+    assert manifest["config"]["model_type"] == "wam_diff2"
+    assert manifest["config"]["text_config"]["vocab_size"] == 151936
+    tensors = demo.read_safetensors(compact)
+    ids = tensors[demo.VOCAB_IDS_NAME]
+    assert ids.tolist() == sorted(set(ids.tolist()))
+    for special in (151645, 151652, 151653, 151655, 151671):  # EOS, vision start/end, image pad, mask
+        assert special in ids.tolist()
+    assert tensors[demo.EMBED_ROWS_NAME].shape == (len(ids), manifest["config"]["text_config"]["hidden_size"])
+
+
+def test_materialised_checkpoint_is_real_format(checkpoint):
+    info = inspect_checkpoint(checkpoint)
+    assert info.config["model_type"] == "wam_diff2"
+    assert info.tensors["model.language_model.embed_tokens.weight"].shape == (151936, 256)
+    assert info.preprocessor.max_pixels == train_demo.DEMO_PREPROCESSOR_OVERRIDES["size"]["longest_edge"]
+    assert checkpoint.name.startswith("demo-")
+    assert demo.sha256_file(checkpoint / "model.safetensors") == demo.load_manifest()["model_safetensors_sha256"]
+
+
+def test_materialisation_is_byte_identical_and_reused(tmp_path):
+    first = demo.demo_checkpoint(cache_dir=tmp_path / "a")
+    started = time.perf_counter()
+    second = demo.demo_checkpoint(cache_dir=tmp_path / "b")
+    first_use_s = time.perf_counter() - started
+    assert _tree_bytes(first) == _tree_bytes(second)
+    assert first.name == second.name
+    assert first_use_s < 10.0  # ~1 s on a 2-core CPU
+    mtime = (first / "model.safetensors").stat().st_mtime_ns
+    assert demo.demo_checkpoint(cache_dir=tmp_path / "a") == first  # reused, not rewritten
+    assert (first / "model.safetensors").stat().st_mtime_ns == mtime
+
+
+def test_cache_root_from_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv(demo.CACHE_ENV, str(tmp_path / "env_cache"))
+    path = demo.demo_checkpoint()
+    assert path.parent == tmp_path / "env_cache"
+
+
+def test_concurrent_first_use_gives_one_complete_directory(tmp_path):
+    results: list[Path] = []
+    errors: list[BaseException] = []
+
+    def materialise() -> None:
+        try:
+            results.append(demo.demo_checkpoint(cache_dir=tmp_path))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=materialise) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert not errors
+    assert len(set(results)) == 1
+    assert [p.name for p in tmp_path.iterdir()] == [results[0].name]  # no staging leftovers
+    inspect_checkpoint(results[0])
+
+
+def test_damaged_cache_is_rebuilt(tmp_path):
+    path = demo.demo_checkpoint(cache_dir=tmp_path)
+    weights = path / "model.safetensors"
+    with open(weights, "r+b") as handle:
+        handle.truncate(1000)
+    assert demo.demo_checkpoint(cache_dir=tmp_path) == path
+    assert demo.sha256_file(weights) == demo.load_manifest()["model_safetensors_sha256"]
+
+
+def test_corrupt_shipped_weights_are_refused(tmp_path):
+    shipped = tmp_path / "shipped"
+    shutil.copytree(demo.DEMO_DIR, shipped)
+    data = bytearray((shipped / demo.COMPACT_WEIGHTS).read_bytes())
+    data[-5] ^= 0xFF
+    (shipped / demo.COMPACT_WEIGHTS).write_bytes(bytes(data))
+    with pytest.raises(demo.DemoModelError, match="sha256"):
+        demo.demo_checkpoint(cache_dir=tmp_path / "cache", demo_dir=shipped)
+    assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").iterdir())
+    (shipped / demo.MANIFEST).unlink()
+    with pytest.raises(demo.DemoModelError, match="manifest"):
+        demo.demo_checkpoint(cache_dir=tmp_path / "cache", demo_dir=shipped)
+
+
+def test_safetensors_writer_round_trips_and_is_readable_by_safetensors(tmp_path):
+    from safetensors.torch import load_file
+
+    tensors = {
+        "b": torch.arange(6, dtype=torch.float32).reshape(2, 3),
+        "a": torch.tensor([1.5, -2.0], dtype=torch.float16),
+        "ids": torch.tensor([3, 151671], dtype=torch.int64),
+    }
+    path = tmp_path / "t.safetensors"
+    demo.write_safetensors(tensors, path)
+    for loaded in (demo.read_safetensors(path), load_file(str(path))):
+        assert set(loaded) == set(tensors)
+        for name, tensor in tensors.items():
+            assert loaded[name].dtype == tensor.dtype and torch.equal(loaded[name], tensor)
+
+
+# --------------------------------------------------------------------------------------------------
+# Synthetic data
+
+
+def test_ground_truth_follows_command_and_speed():
+    rng_choices = {command: [0] for command in train_demo.COMMANDS}
+    samples = train_demo.make_samples(400, 123, rng_choices)
+    for sample in samples:
+        parsed = parse_waypoints(sample.answer)
+        assert parsed.valid, sample.answer
+        assert np.allclose([[w.x, w.y] for w in parsed.waypoints], sample.waypoints)
+        assert 0.0 <= sample.speed <= train_demo.MAX_SPEED + 1e-9
+        assert "-0.00" not in sample.answer.split(",")
+        assert sample.prompt == build_planning_prompt(sample.command, sample.velocity, sample.acceleration)
+    final_y = {
+        c: np.mean([s.waypoints[-1][1] for s in samples if s.command == c]) for c in ("left", "right", "straight")
+    }
+    assert final_y["left"] > 2.0 and final_y["right"] < -2.0 and abs(final_y["straight"]) < 1.0
+    slow = [train_demo.path_length(np.array(s.waypoints)) for s in samples if s.speed < 5]
+    fast = [train_demo.path_length(np.array(s.waypoints)) for s in samples if s.speed > 15]
+    assert np.median(fast) > 3 * np.median(slow)
+
+
+def test_kinematics_stop_and_turn_geometry():
+    t = np.array([1.0, 2.0, 4.0])
+    assert np.allclose(train_demo.travelled_distance(4.0, -2.0, t), [3.0, 4.0, 4.0])  # stops after 2 s, 4 m
+    assert np.allclose(
+        train_demo.travelled_distance(21.0, 1.0, t), [21.5, 21.5 + 22.0, 21.5 + 66.0]
+    )  # 22 m/s cap reached at 1 s
+    radius = 10.0
+    quarter = np.pi * radius / 2
+    end = train_demo.path_points([0.0], [1.0 / radius], np.array([quarter]))[0]
+    assert np.allclose(end, [radius, radius], atol=1e-3)  # a quarter circle to the left
+
+
+def test_vocabulary_covers_any_planning_prompt(checkpoint):
+    """Every token a planning prompt or answer can hold has a trained (non-zero) embedding row."""
+    engine_processor = Engine.load(checkpoint, device="cpu", dtype="float32").processor
+    stored = set(demo.read_safetensors(demo.DEMO_DIR / demo.COMPACT_WEIGHTS)[demo.VOCAB_IDS_NAME].tolist())
+    rng = np.random.default_rng(5)
+    for template in PLANNING_TEMPLATES:
+        for command in train_demo.COMMANDS:
+            numbers = rng.uniform(-150, 150, 4)
+            prompt = build_planning_prompt(command, tuple(numbers[:2]), tuple(numbers[2:]), template=template)
+            assert set(train_demo.prompt_token_ids(engine_processor, prompt, 120)) <= stored
+    answer = train_demo.format_answer(rng.uniform(-99, 99, 16))
+    assert set(engine_processor.tokenizer(answer)["input_ids"]) <= stored
+
+
+# --------------------------------------------------------------------------------------------------
+# The training forward is the decoder's computation
+
+
+def test_training_forward_matches_decoder_step_logits(engine, held_out):
+    samples, pool = held_out
+    sample = samples[0]
+    processor, backbone = engine.processor, engine.backbone
+    inputs = processor([build_messages(sample.prompt, [pool.images[sample.image_index]])])
+    prompt_ids = train_demo.prompt_token_ids(processor, sample.prompt, inputs.num_image_tokens[0])
+    assert prompt_ids == inputs.input_ids[0].tolist()  # the training tokenisation is the processor's
+    response = train_demo.response_token_ids(processor, sample.answer)
+    vocab = demo.read_safetensors(demo.DEMO_DIR / demo.COMPACT_WEIGHTS)[demo.VOCAB_IDS_NAME].tolist()
+    row_of = np.full(train_demo.FULL_VOCAB_SIZE, -1, dtype=np.int64)
+    row_of[vocab] = np.arange(len(vocab))
+    training_model = train_demo.restrict_vocabulary(engine.model, engine.checkpoint.config, vocab)
+    rng = np.random.default_rng(3)
+    copies = [train_demo.noise_response(response, rng)[0] for _ in range(2)]
+    example = train_demo.TrainingExample(
+        prompt_ids, response, inputs.pixel_values, tuple(inputs.image_grid_thw[0].tolist())
+    )
+    batch = train_demo.build_batch([example], [copies], row_of)
+    with torch.no_grad():
+        trained_logits = train_demo.noisy_logits(training_model, batch)
+
+    block, prompt_len, response_len = 32, len(prompt_ids), len(response)
+    num_blocks = response_len // block
+    full_mask = _block_causal_mask(prompt_len, num_blocks, block, 1, torch.device("cpu"))
+    with torch.no_grad():
+        positions, delta = backbone.rope_index(inputs.input_ids, inputs.attention_mask, inputs.image_grid_thw)
+        cache = backbone.prefill(
+            inputs.input_ids,
+            full_mask[:, :, :prompt_len, :prompt_len],
+            positions,
+            inputs.pixel_values,
+            inputs.image_grid_thw,
+        ).cache
+        for b in range(num_blocks):
+            start = prompt_len + b * block
+            block_positions = (torch.arange(start, start + block).view(1, -1) + delta).unsqueeze(0).expand(3, -1, -1)
+            step_mask = full_mask[:, :, start : start + block, : start + block]
+            for c, copy in enumerate(copies):
+                tokens = torch.tensor(copy[b * block : (b + 1) * block]).view(1, -1)
+                decoder_logits = backbone.step_logits(tokens, block_positions, step_mask, cache)[0].double()
+                ours = trained_logits[c * response_len + b * block : c * response_len + (b + 1) * block].double()
+                assert torch.allclose(decoder_logits[:, vocab], ours, atol=1e-4, rtol=1e-4)
+                others = torch.ones(decoder_logits.shape[1], dtype=torch.bool)
+                others[vocab] = False
+                assert torch.count_nonzero(decoder_logits[:, others]) == 0  # zero rows -> logit exactly 0
+                # The restricted softmax with the background logit is the full-vocabulary softmax.
+                full = torch.log_softmax(decoder_logits, dim=-1)[:, vocab]
+                restricted = torch.log_softmax(train_demo.with_background(ours), dim=-1)[:, :-1]
+                assert torch.allclose(full, restricted, atol=1e-4)
+            backbone.commit(
+                torch.tensor(response[b * block : (b + 1) * block]).view(1, -1), block_positions, step_mask, cache
+            )
+
+
+def test_an_optimisation_step_lowers_the_loss(engine, held_out):
+    samples, pool = held_out
+    processor = engine.processor
+    vocab = demo.read_safetensors(demo.DEMO_DIR / demo.COMPACT_WEIGHTS)[demo.VOCAB_IDS_NAME].tolist()
+    row_of = np.full(train_demo.FULL_VOCAB_SIZE, -1, dtype=np.int64)
+    row_of[vocab] = np.arange(len(vocab))
+    fresh = train_demo.build_training_model(train_demo.demo_config(), vocab, seed=0).train()
+    pixels = [
+        train_demo.preprocess_image(img, processor.image_config, processor.min_pixels, processor.max_pixels)
+        for img in pool.images
+    ]
+    examples = train_demo._tokenise(samples[:2], processor, pixels)
+    batch = train_demo._make_batch(examples, 1, np.random.default_rng(0), row_of)
+    optimizer = torch.optim.AdamW(fresh.parameters(), lr=3e-3)
+    before = train_demo.diffusion_loss(fresh, batch)
+    assert abs(before.item() - np.log(train_demo.FULL_VOCAB_SIZE)) < 0.5  # untrained: ~uniform over 151936
+    for _ in range(3):
+        optimizer.zero_grad()
+        train_demo.diffusion_loss(fresh, batch).backward()
+        optimizer.step()
+    embedding = fresh.model.language_model.embed_tokens.weight
+    assert embedding.shape[0] == len(vocab)
+    with torch.no_grad():
+        assert train_demo.diffusion_loss(fresh, batch).item() < before.item() - 0.5
+
+
+# --------------------------------------------------------------------------------------------------
+# Quality through the real decoder
+
+
+def floor_from_metrics() -> float:
+    """The asserted valid-answer floor: the measured rate minus a margin for a 16-prompt sample."""
+    measured = METRICS["held_out"]["valid_rate"]
+    return max(0.5, measured - 0.2)
+
+
+def test_held_out_valid_answer_rate_and_error(engine, held_out):
+    samples, pool = held_out
+    metrics = train_demo.evaluate(engine, samples, pool.images, DecodeConfig())
+    assert metrics["valid_rate"] >= floor_from_metrics(), metrics
+    assert metrics["ade_m"] is not None and metrics["ade_m"] < 3.0 * max(METRICS["held_out"]["ade_m"], 0.5)
+    assert metrics["mean_steps_per_block"] < 32  # the confidence threshold unmasks several tokens per step
+
+
+def _plan(engine, image, command: str, speed: float) -> np.ndarray:
+    result = engine.generate(build_planning_prompt(command, (speed, 0.0), (0.0, 0.0)), [image], DecodeConfig())
+    parsed = parse_waypoints(result.text)
+    assert parsed.valid, result.text
+    return np.array([[w.x, w.y] for w in parsed.waypoints])
+
+
+def test_faster_prompt_gives_longer_path(engine, held_out):
+    _, pool = held_out
+    image = pool.images[pool.by_command["straight"][0]]
+    lengths = [train_demo.path_length(_plan(engine, image, "straight", speed)) for speed in (3.0, 9.0, 16.0)]
+    assert lengths[0] < lengths[1] < lengths[2], lengths
+    assert 4.0 * 16.0 * 0.7 < lengths[2] < 4.0 * 16.0 * 1.3  # about speed x 4 s at zero acceleration
+
+
+def test_command_sets_the_turn_direction(engine, held_out):
+    _, pool = held_out
+    left = _plan(engine, pool.images[pool.by_command["left"][0]], "left", 8.0)
+    right = _plan(engine, pool.images[pool.by_command["right"][0]], "right", 8.0)
+    straight = _plan(engine, pool.images[pool.by_command["straight"][0]], "straight", 8.0)
+    assert left[-1, 1] > 1.0
+    assert right[-1, 1] < -1.0
+    assert abs(straight[-1, 1]) < min(left[-1, 1], -right[-1, 1])
