@@ -795,3 +795,33 @@ def test_sigterm_ends_the_replay_with_its_outputs_written(sample_bag: Path, tiny
     with BagReader(out / "out") as reader:  # closed cleanly
         assert reader.damaged is None
         assert reader.topics["/wam_diff2/output/trajectory"].count == metrics["num_instants"]
+
+
+def test_interrupt_gate_holds_a_signal_until_the_instant_is_written() -> None:
+    import os
+    import signal
+    import time
+
+    from wam_diff2_ros.tools.replay import InterruptGate
+
+    gate = InterruptGate()
+    previous = gate.install()
+    try:
+        written = []
+        with pytest.raises(KeyboardInterrupt, match=f"signal {int(signal.SIGTERM)}"), gate.held():
+            os.kill(os.getpid(), signal.SIGTERM)
+            written.append("bag")  # still runs: the signal waits for the end of the block
+            written.append("predictions")
+        assert written == ["bag", "predictions"]
+        with pytest.raises(KeyboardInterrupt):  # outside a held block it interrupts at once
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1.0)
+            written.append("never")
+        assert written == ["bag", "predictions"]
+        # an error inside is not replaced by the held signal
+        with pytest.raises(ValueError, match="own"), gate.held():
+            os.kill(os.getpid(), signal.SIGTERM)
+            raise ValueError("own error")
+    finally:
+        gate.restore(previous)
+    assert signal.getsignal(signal.SIGTERM) == previous[signal.SIGTERM]

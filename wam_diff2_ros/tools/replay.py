@@ -1121,8 +1121,9 @@ def _plan_instant(run: _Run, runtime: Any, outputs: _Outputs, t_ns: int, clock: 
         run.engine_errors += 1
         run.consecutive_errors += 1
         record = error_record(len(run.records), t_ns, run.bag_start_ns or 0, exc, wall_ms)
-        run.records.append(record)
-        outputs.line(outputs.predictions, record)
+        with INTERRUPTS.held():
+            run.records.append(record)
+            outputs.line(outputs.predictions, record)
         run.log(f"error: planning at t={record['t_s']:.2f} s failed: {record['reason']}")
         if run.consecutive_errors >= MAX_CONSECUTIVE_ENGINE_ERRORS:
             run.fatal = f"the model failed {run.consecutive_errors} times in a row (last: {record['reason']})"
@@ -1132,16 +1133,16 @@ def _plan_instant(run: _Run, runtime: Any, outputs: _Outputs, t_ns: int, clock: 
         return
     run.consecutive_errors = 0
     record = plan_record(len(run.records), t_ns, run.bag_start_ns or 0, cycle, wall_ms)
-    run.records.append(record)
-    outputs.line(outputs.predictions, record)
-    if cycle.result is None:
-        return
-    run.num_planned += 1
-    run.num_valid += int(bool(cycle.result.valid))
-    outputs.write_output("path", cycle.path, t_ns)
-    outputs.write_output("trajectory", cycle.trajectory, t_ns)
-    outputs.write_output("markers", cycle.markers, t_ns)
-    outputs.write_output("debug_image", cycle.debug_image, t_ns)
+    with INTERRUPTS.held():  # the bag and predictions.jsonl get this instant together or not at all
+        if cycle.result is not None:
+            run.num_planned += 1
+            run.num_valid += int(bool(cycle.result.valid))
+            outputs.write_output("path", cycle.path, t_ns)
+            outputs.write_output("trajectory", cycle.trajectory, t_ns)
+            outputs.write_output("markers", cycle.markers, t_ns)
+            outputs.write_output("debug_image", cycle.debug_image, t_ns)
+        run.records.append(record)
+        outputs.line(outputs.predictions, record)
 
 
 def _detect_instant(run: _Run, runtime: Any, outputs: _Outputs, t_ns: int, clock: dict[str, int]) -> None:
@@ -1153,13 +1154,13 @@ def _detect_instant(run: _Run, runtime: Any, outputs: _Outputs, t_ns: int, clock
         run.log(f"error: detection at {t_ns} ns failed: {type(exc).__name__}: {exc}")
         return
     wall_ms = (time.perf_counter() - started) * 1000.0
-    outputs.line(outputs.detections, detection_record(t_ns, run.bag_start_ns or 0, cycle, wall_ms))
-    if cycle.result is None:
-        return
-    run.detections += 1
-    outputs.write_output("detections", cycle.detections, t_ns)
-    outputs.write_output("markers", cycle.markers, t_ns)
-    outputs.write_output("debug_image", cycle.debug_image, t_ns)
+    with INTERRUPTS.held():
+        if cycle.result is not None:
+            run.detections += 1
+            outputs.write_output("detections", cycle.detections, t_ns)
+            outputs.write_output("markers", cycle.markers, t_ns)
+            outputs.write_output("debug_image", cycle.debug_image, t_ns)
+        outputs.line(outputs.detections, detection_record(t_ns, run.bag_start_ns or 0, cycle, wall_ms))
 
 
 # --------------------------------------------------------------------------------------------
@@ -1510,25 +1511,58 @@ def options_from_args(args: argparse.Namespace) -> ReplayOptions:
     )
 
 
-def _raise_on_sigterm() -> Any:
-    """Make SIGTERM (``timeout``, a cancelled job) end the replay like Ctrl-C: outputs written, exit 130."""
-    import signal
-    import threading
+class InterruptGate:
+    """Ctrl-C / SIGTERM as ``KeyboardInterrupt``, held back while one instant's outputs are being written.
 
-    if threading.current_thread() is not threading.main_thread():
-        return None
+    With the gate installed (``install``, main thread only) a signal that arrives inside ``held()`` is raised
+    when the block ends, so ``predictions.jsonl`` and the output bag always hold the same instants.
+    """
 
-    def interrupt(signum: int, frame: Any) -> None:
+    def __init__(self) -> None:
+        self._depth = 0
+        self._pending: str | None = None
+
+    def held(self) -> InterruptGate:
+        """Context manager: a signal inside is raised at its end."""
+        return self
+
+    def __enter__(self) -> InterruptGate:
+        self._depth += 1
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        self._depth -= 1
+        if self._depth == 0 and self._pending is not None and exc_type is None:
+            reason, self._pending = self._pending, None
+            raise KeyboardInterrupt(reason)
+
+    def interrupt(self, signum: int, frame: Any) -> None:
+        """The signal handler."""
+        if self._depth > 0:
+            self._pending = f"signal {signum}"
+            return
         raise KeyboardInterrupt(f"signal {signum}")
 
-    return signal.signal(signal.SIGTERM, interrupt)
+    def install(self) -> dict[int, Any]:
+        """Handle SIGINT and SIGTERM (``timeout``, a cancelled job) with the gate; returns the previous handlers."""
+        import signal
+        import threading
+
+        if threading.current_thread() is not threading.main_thread():
+            return {}
+        self._pending = None
+        return {sig: signal.signal(sig, self.interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    @staticmethod
+    def restore(previous: Mapping[int, Any]) -> None:
+        """Put the handlers ``install`` replaced back."""
+        import signal
+
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
-def _restore_sigterm(previous: Any) -> None:
-    import signal
-
-    if previous is not None:
-        signal.signal(signal.SIGTERM, previous)
+INTERRUPTS = InterruptGate()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -1539,7 +1573,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # --help, or a usage error already printed
         return int(exc.code) if isinstance(exc.code, int) else EXIT_USAGE
     prog = parser.prog
-    previous = _raise_on_sigterm()
+    previous = INTERRUPTS.install()
     try:
         options = options_from_args(args)
         result = replay(options)
@@ -1553,7 +1587,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{prog}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     finally:
-        _restore_sigterm(previous)
+        INTERRUPTS.restore(previous)
     print(result.summary, end="")
     if result.error:
         print(f"{prog}: error: {result.error}", file=sys.stderr)
