@@ -436,8 +436,10 @@ class Harness:
 
         from rclpy.executors import ExternalShutdownException
 
+        from wam_diff2_ros.ros.node import spin_until_shutdown
+
         with contextlib.suppress(ExternalShutdownException):
-            self.executor.spin()
+            spin_until_shutdown(self.executor, self.context)
 
     def call(self, srv_type: type, name: str, request: Any, timeout: float = 10.0) -> Any | None:
         """Call a service and wait for the response (None on timeout)."""

@@ -58,7 +58,8 @@ from geometry_msgs.msg import AccelWithCovarianceStamped
 from nav_msgs.msg import Odometry, Path
 from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
-from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.exceptions import InvalidHandle
+from rclpy.executors import Executor, ExternalShutdownException, MultiThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.utilities import remove_ros_args
 from sensor_msgs.msg import CameraInfo, CompressedImage, Image
@@ -647,6 +648,24 @@ class WamDiff2Node(LifecycleNode):
         self.get_logger().info(f"answered {question!r} ({cycle.result.timing.summary()})")
 
 
+def spin_until_shutdown(executor: Executor, context: Any = None, poll_s: float = 0.5) -> int:
+    """``executor.spin()`` that survives rclpy's wait-set race; returns how many times it recovered.
+
+    With a multi-threaded executor, a callback that destroys a subscription (deactivate) while the spinning
+    thread builds its wait set can make rclpy raise ``InvalidHandle`` ("destruction was requested") out of
+    ``spin()`` (its subscriptions' QoS event handlers are added to the wait set without the guard the other
+    entities get), which would end the node. Here the wait set is simply rebuilt on the next turn.
+    """
+    recovered = 0
+    # Executor.spin()'s own loop condition (the shutdown flag has no public accessor).
+    while rclpy.ok(context=context) and not getattr(executor, "_is_shutdown", False):
+        try:
+            executor.spin_once(timeout_sec=poll_s)
+        except InvalidHandle:
+            recovered += 1
+    return recovered
+
+
 def main(argv: Sequence[str] | None = None, engine_factory: EngineFactory | None = None) -> int:
     """Console script ``wam_diff2_node`` (``ros2 run wam_diff2_ros wam_diff2_node --ros-args ...``)."""
     args = list(sys.argv if argv is None else argv)
@@ -670,12 +689,12 @@ def main(argv: Sequence[str] | None = None, engine_factory: EngineFactory | None
     executor = MultiThreadedExecutor(num_threads=4)
     executor.add_node(node)
     try:
-        executor.spin()
+        spin_until_shutdown(executor)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     finally:
+        executor.shutdown(timeout_sec=5.0)  # no callback runs while the node is torn down
         node.close()
-        executor.shutdown(timeout_sec=5.0)
         node.destroy_node()
         rclpy.try_shutdown()
     return 0
