@@ -24,7 +24,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 DEMO_DIR = Path(__file__).resolve().parent.parent / "demo"
@@ -43,8 +42,6 @@ _DTYPE_CODES: dict[torch.dtype, str] = {
     torch.int64: "I64",
     torch.int32: "I32",
 }
-_CODE_DTYPES = {code: dtype for dtype, code in _DTYPE_CODES.items()}
-_NUMPY_DTYPES = {"F32": "<f4", "F16": "<f2", "I64": "<i8", "I32": "<i4"}
 
 
 class DemoModelError(RuntimeError):
@@ -52,7 +49,7 @@ class DemoModelError(RuntimeError):
 
 
 # --------------------------------------------------------------------------------------------------
-# A byte-for-byte deterministic safetensors writer/reader (the format: u64 header length, JSON header,
+# A byte-for-byte deterministic safetensors writer (the format: u64 header length, JSON header,
 # raw little-endian tensor data), so the expanded checkpoint does not depend on the safetensors version.
 
 
@@ -84,34 +81,14 @@ def write_safetensors(
 
 
 def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
-    """Read a safetensors file written by `write_safetensors` (F32/F16/I64/I32 tensors)."""
-    data = Path(path).read_bytes()
-    if len(data) < 8:
-        raise DemoModelError(f"{path}: too short for a safetensors file")
-    (length,) = struct.unpack("<Q", data[:8])
+    """The tensors of a safetensors file (safetensors' own reader; an unreadable file is a DemoModelError)."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
     try:
-        header = json.loads(data[8 : 8 + length])
-    except ValueError as exc:
-        raise DemoModelError(f"{path}: unreadable safetensors header ({exc})") from None
-    base = 8 + length
-    tensors: dict[str, torch.Tensor] = {}
-    for name, entry in header.items():
-        if name == "__metadata__":
-            continue
-        code = entry.get("dtype")
-        if code not in _NUMPY_DTYPES:
-            raise DemoModelError(f"{path}: tensor {name!r} has unsupported dtype {code!r}")
-        begin, end = entry["data_offsets"]
-        if base + end > len(data):
-            raise DemoModelError(f"{path}: tensor {name!r} runs past the end of the file (truncated?)")
-        array = np.frombuffer(
-            data,
-            dtype=_NUMPY_DTYPES[code],
-            count=(end - begin) // np.dtype(_NUMPY_DTYPES[code]).itemsize,
-            offset=base + begin,
-        )
-        tensors[name] = torch.from_numpy(array.copy()).reshape(entry["shape"])
-    return tensors
+        return load_file(str(path))
+    except (SafetensorError, OSError) as exc:
+        raise DemoModelError(f"{path}: unreadable safetensors file ({exc})") from None
 
 
 def sha256_file(path: Path) -> str:
