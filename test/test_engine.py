@@ -7,7 +7,7 @@ import threading
 import pytest
 from core_helpers import noise_image, tiny_checkpoint
 
-from wam_diff2_ros.core.decoding import DecodeConfig
+from wam_diff2_ros.core.decoding import DecodeCancelledError, DecodeConfig
 from wam_diff2_ros.core.engine import Engine
 from wam_diff2_ros.core.processor import ImageInputError
 from wam_diff2_ros.core.prompts import build_planning_prompt
@@ -70,3 +70,13 @@ def test_closed_engine_refuses_work():
     closed.close()
     with pytest.raises(RuntimeError, match="closed"):
         closed.generate("hi", [], DecodeConfig(max_new_tokens=8))
+
+
+def test_cancel_stops_decoding_between_steps():
+    engine = Engine.load(tiny_checkpoint(), device="cpu", dtype="float32")
+    prompt = build_planning_prompt("left", (5.0, 0.0), (0.2, 0.0))
+    config = DecodeConfig(max_new_tokens=16, block_size=8)
+    engine.generate(prompt, [noise_image(64, 64)], config)  # decodes while no cancel is requested
+    engine.cancel()
+    with pytest.raises(DecodeCancelledError):
+        engine.generate(prompt, [noise_image(64, 64)], config)

@@ -34,6 +34,10 @@ class DecodeConfigError(ValueError):
     """A decoding parameter out of range."""
 
 
+class DecodeCancelledError(RuntimeError):
+    """Decoding was stopped between two denoising steps because a cancel was requested."""
+
+
 @dataclass(frozen=True)
 class DecodeConfig:
     """Decoding parameters (defaults: the reference inference script's)."""
@@ -233,8 +237,13 @@ def block_diffusion_decode(
     image_grid_thw: torch.Tensor | None,
     config: DecodeConfig,
     synchronize: Callable[[], None] | None = None,
+    cancel: Callable[[], bool] | None = None,
 ) -> DecodeOutput:
-    """Decode a (padded) prompt batch with block diffusion; see the module docstring."""
+    """Decode a (padded) prompt batch with block diffusion; see the module docstring.
+
+    `cancel` is polled before every denoising step (a host-side flag, no device sync); when it returns True
+    the decode stops with `DecodeCancelledError`.
+    """
     sync = synchronize or (lambda: None)
     device = input_ids.device
     batch, prompt_len = input_ids.shape
@@ -281,6 +290,8 @@ def block_diffusion_decode(
         proposal = tokens
         steps_run = config.denoising_steps
         for step in range(config.denoising_steps):
+            if cancel is not None and cancel():
+                raise DecodeCancelledError("decoding cancelled")
             masked = tokens == mask_id
             if finished.any():
                 masked[finished] = False

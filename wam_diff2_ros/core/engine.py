@@ -78,6 +78,7 @@ class Engine:
         self._sync = synchronizer(device)
         self.backbone = BlockDiffusionBackbone(model, synchronize=self._sync)
         self._lock = threading.Lock()
+        self._cancel = threading.Event()
 
     @classmethod
     def load(
@@ -153,6 +154,7 @@ class Engine:
                     batch.image_grid_thw,
                     config,
                     synchronize=self._sync,
+                    cancel=self._cancel.is_set,
                 )
             return self._collect(output, inputs, preprocess_s)
 
@@ -182,6 +184,10 @@ class Engine:
                 )
             )
         return results
+
+    def cancel(self) -> None:
+        """Stop the running decode (and every later one) between two denoising steps with `DecodeCancelled`."""
+        self._cancel.set()
 
     def close(self) -> None:
         """Drop the model and release its device memory."""
