@@ -274,6 +274,7 @@ def block_diffusion_decode(
     config: DecodeConfig,
     synchronize: Callable[[], None] | None = None,
     cancel: Callable[[], bool] | None = None,
+    observe: Callable[[str], None] | None = None,
 ) -> DecodeOutput:
     """Decode a (padded) prompt batch with block diffusion; see the module docstring.
 
@@ -281,9 +282,12 @@ def block_diffusion_decode(
     static KV cache, logits for the masked rows only on CPU, CUDA graphs on CUDA); the rules below are the
     same for both. Per denoising step at most one device->host read (is anything still masked?), per block
     one more (which samples are finished). `cancel` is polled before every denoising step (a host-side flag,
-    no device sync); when it returns True the decode stops with `DecodeCancelledError`.
+    no device sync); when it returns True the decode stops with `DecodeCancelledError`. `observe` (for
+    instruments such as the benchmark's counters) is told each phase as it starts: prefill, step, block (the
+    block's bookkeeping after its steps), commit, done.
     """
     sync = synchronize or (lambda: None)
+    mark = observe or (lambda phase: None)
     device = input_ids.device
     batch, prompt_len = input_ids.shape
     block_size, num_blocks = config.block_size, config.num_blocks
@@ -311,6 +315,7 @@ def block_diffusion_decode(
     prompt_positions, rope_deltas = backbone.rope_index(input_ids, attention_mask, image_grid_thw)
 
     capacity = prompt_len + num_blocks * block_size
+    mark("prefill")
     timing.vision = runner.prefill(
         input_ids, prompt_mask, prompt_positions, pixel_values, image_grid_thw, capacity=capacity
     )
@@ -340,6 +345,7 @@ def block_diffusion_decode(
         for step in range(config.denoising_steps):
             if cancel is not None and cancel():
                 raise DecodeCancelledError("decoding cancelled")
+            mark("step")
             masked = tokens == mask_id
             if any_finished:
                 masked &= ~finished[:, None]
@@ -353,7 +359,7 @@ def block_diffusion_decode(
             )
             tokens = torch.where(transfer, proposal, tokens)
         steps_per_block.append(steps_run)
-
+        mark("block")
         leftover = (tokens == mask_id) & ~finished[:, None]
         tokens = torch.where(leftover, proposal, tokens)
         tokens = torch.where(finished[:, None], eos_block, tokens)
@@ -366,11 +372,13 @@ def block_diffusion_decode(
         if all(finished_rows) or block == num_blocks - 1:
             break  # (the reference also commits the last block; nothing reads that cache entry)
         commit_started = time.perf_counter()
+        mark("commit")
         runner.commit(tokens, positions, step_mask, block_start)
         sync()
         timing.commit += time.perf_counter() - commit_started
 
     timing.total = time.perf_counter() - started
+    mark("done")
     rows_out = response.tolist()
     cut = [row[: row.index(eos_id)] if eos_id in row else row for row in rows_out]
     cut = [[tok for tok in row if tok != mask_id] for row in cut]
