@@ -7,6 +7,8 @@ model) and compares token ids and per-block step counts.
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 from core_helpers import noise_image, tiny_checkpoint
@@ -142,9 +144,13 @@ def tiny():
 def both_engines(backbone, inputs, config):
     outputs = [
         block_diffusion_decode(
-            backbone, inputs.input_ids, inputs.attention_mask, inputs.pixel_values, inputs.image_grid_thw,
+            backbone,
+            inputs.input_ids,
+            inputs.attention_mask,
+            inputs.pixel_values,
+            inputs.image_grid_thw,
             config.with_overrides(engine=engine),
-        )  # fmt: skip
+        )
         for engine in ("exact", "fast")
     ]
     return outputs
@@ -223,7 +229,7 @@ def test_fast_decoder_reads_the_device_at_most_once_per_step(tiny):
             config, cancel=cancel,
         )  # fmt: skip
     assert sum(out.steps_per_block) >= 4
-    reads_between_polls = [b - a for a, b in zip(steps_seen, steps_seen[1:])]
+    reads_between_polls = [b - a for a, b in itertools.pairwise(steps_seen)]
     # within a block: exactly the step's one read; at a block boundary one more (finished samples)
     assert max(reads_between_polls) <= 2 and reads_between_polls.count(1) >= sum(out.steps_per_block) - 2 * len(
         out.steps_per_block
@@ -257,10 +263,8 @@ def demo():
 
     engine = Engine.load("demo", device="cpu", dtype="float32")
     frames = [noise_image(640, 360, seed) for seed in range(3)]
-    prompts = [
-        build_planning_prompt(cmd, (v, 0.1), (0.2, -0.1)) for cmd, v in (("left", 3.0), ("straight", 9.5))
-    ]
-    return engine, [build_messages(p, [f]) for p, f in zip(prompts, frames)]
+    prompts = [build_planning_prompt(cmd, (v, 0.1), (0.2, -0.1)) for cmd, v in (("left", 3.0), ("straight", 9.5))]
+    return engine, [build_messages(p, [f]) for p, f in zip(prompts, frames, strict=True)]
 
 
 @pytest.mark.slow

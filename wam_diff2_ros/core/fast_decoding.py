@@ -110,7 +110,9 @@ class FastRunner:
         else:
             self.cache = StaticKVCache(capacity)
         self.cache.place(0, prompt_len)
-        result = self.backbone.prefill(input_ids, prompt_mask, positions, pixel_values, image_grid_thw, cache=self.cache)
+        result = self.backbone.prefill(
+            input_ids, prompt_mask, positions, pixel_values, image_grid_thw, cache=self.cache
+        )
         return result.vision_seconds
 
     def open_rows(self, masked: torch.Tensor) -> Any:
@@ -122,7 +124,7 @@ class FastRunner:
 
     def _block_logits(self, tokens, positions, mask, block_start: int) -> torch.Tensor:
         assert self.cache is not None
-        batch, length = tokens.shape
+        length = tokens.shape[1]
         if self.graphs is not None and self.graphs.enabled:
             logits = self.graphs.run(self.cache, tokens, positions, block_start, self.backbone)
             if logits is not None:
@@ -193,7 +195,7 @@ class CudaGraphSteps:
         if entry is None:
             try:
                 entry = self._capture(cache, tokens, positions, block_start, backbone)
-            except Exception as exc:  # noqa: BLE001 - any capture failure: run eagerly from now on
+            except Exception as exc:  # any capture failure: run eagerly from now on
                 LOG.warning("CUDA graph capture failed (%s); fast engine continues without graphs", exc)
                 self.enabled = False
                 return None

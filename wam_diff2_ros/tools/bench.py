@@ -35,8 +35,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--height", type=int, default=1080)
     parser.add_argument("--cameras", type=int, default=1, help="images per prompt")
     parser.add_argument("--batch", type=int, default=1, help="prompts decoded together")
-    parser.add_argument("--engine", action="append", choices=("exact", "fast", "auto"), default=None,
-                        help="decoding engine; repeat to compare engines on the same inputs (default: auto)")  # fmt: skip
+    parser.add_argument(
+        "--engine",
+        action="append",
+        choices=("exact", "fast", "auto"),
+        default=None,
+        help="decoding engine; repeat to compare engines on the same inputs (default: auto)",
+    )
     parser.add_argument("--no-cuda-graphs", action="store_true", help="fast engine on CUDA without graphs")
     parser.add_argument("--max_new_tokens", type=int, default=None)
     parser.add_argument("--block_size", type=int, default=None)
@@ -119,7 +124,7 @@ def counted_run(engine: Any, conversations: list, decode: Any) -> dict[str, floa
     iterations = [0]  # denoising-loop iterations: forwards plus each block's final "nothing masked" check
 
     class OpCounter(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             ops[phase[0]] = ops.get(phase[0], 0) + 1
             return func(*args, **(kwargs or {}))
 
