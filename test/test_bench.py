@@ -33,3 +33,19 @@ def test_bench_decoding_defaults_come_from_decode_config():
     args = bench.build_parser().parse_args([])
     assert args.max_new_tokens is None and args.block_size is None  # filled from DecodeConfig in run()
     assert DecodeConfig().with_overrides(max_new_tokens=args.max_new_tokens).max_new_tokens == 128
+
+
+def test_gpu_bench_script_runs_its_tiny_cpu_mode(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "scripts" / "bench_gpu.sh"
+    env = dict(os.environ, BENCH_GPU_TINY="1", PYTHON=sys.executable, OUT=str(tmp_path), OMP_NUM_THREADS="1")
+    done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "tokens identical: True" in done.stdout
+    figures = json.loads((tmp_path / "bench_gpu.json").read_text())
+    assert set(figures["engines"]) == {"exact", "fast"} and figures["tokens_identical"]
+    assert (tmp_path / "bench_gpu_nographs.json").exists()
