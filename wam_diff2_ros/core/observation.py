@@ -46,6 +46,8 @@ NS_PER_S = 1_000_000_000
 NS_PER_MS = 1_000_000
 
 ACCELERATION_SOURCES = ("auto", "topic", "odometry")
+# A 1 Hz command topic may lose two messages before its command expires; a dead one expires within 3 s.
+DEFAULT_COMMAND_MAX_AGE_S = 3.0
 
 
 class InputError(ValueError):
@@ -258,7 +260,7 @@ class SyncConfig:
     max_age_ms: float = 100.0
     max_image_age_ms: float = 500.0
     acceleration_source: str = "auto"
-    command_max_age_s: float = 0.0
+    command_max_age_s: float = DEFAULT_COMMAND_MAX_AGE_S
     default_command: NavigationCommand | None = None
 
     def __post_init__(self) -> None:
