@@ -134,14 +134,15 @@ class PlannerRuntime:
         """A ``sensor_msgs/CompressedImage`` of camera ``index``: headers checked now (corrupt or truncated
         data is reported at arrival, :mod:`~wam_diff2_ros.core.image_headers`), pixels decoded when used."""
         frame_id = self.config.cameras[index].frame_id
-        if "compresseddepth" not in str(msg.format).lower():  # refused with its own reason below
-            problem = compressed_header_problem(msg.data, conversions.MAX_IMAGE_PIXELS)
-            if problem is not None:
-                return InputProblem(self.image_input_name(index), problem)
-        return self._guard(
-            self.image_input_name(index),
-            lambda: self.buffer.add_image(index, conversions.compressed_image_sample(msg, receive_ns, frame_id)),
-        )
+
+        def store() -> None:
+            if "compresseddepth" not in str(msg.format).lower():  # refused with its own reason
+                problem = compressed_header_problem(msg.data, conversions.MAX_IMAGE_PIXELS)
+                if problem is not None:
+                    raise InputError(problem)
+            self.buffer.add_image(index, conversions.compressed_image_sample(msg, receive_ns, frame_id))
+
+        return self._guard(self.image_input_name(index), store)
 
     def on_camera_info(self, index: int, msg: Any, receive_ns: int) -> InputProblem | None:
         """A ``sensor_msgs/CameraInfo`` of camera ``index``."""
