@@ -120,7 +120,7 @@ def test_bad_messages_are_dropped_with_the_input_named() -> None:
     corrupt = runtime.on_compressed_image(1, jpeg_msg(IMAGE, ns_to_stamp(T0), corrupt=True), T0)
     assert corrupt is not None and corrupt.input == "image_1 (left)" and "corrupt JPEG" in corrupt.reason
     # One whose headers are sound but whose data is damaged is reported by the planning cycle.
-    damaged = jpeg_msg(IMAGE, ns_to_stamp(T0 + 40 * NS_PER_MS))
+    damaged = jpeg_msg(IMAGE, ns_to_stamp(T0))  # nearer to the front stamp than the good one
     data = bytes(damaged.data)
     damaged.data = data[:300] + b"\xff\xd9"  # headers and an end marker, most of the scan missing
     assert runtime.on_compressed_image(1, damaged, T0) is None
