@@ -336,7 +336,8 @@ def check_plan_kinematics(
     Rules, checked step by step along the path (the first violation is reported, its reason starts with
     the rule's name, one of :data:`KINEMATIC_RULES`): *backward* (a step goes more than
     ``max_backward_m`` against the vehicle's heading, unless ``allow_reverse``), *speed* (step length /
-    dt), *acceleration* / *deceleration* (change of the signed step speed per dt), *lateral
+    dt), *acceleration* / *deceleration* (change of the signed step speed over two steps, i.e. a
+    central difference over 2·dt, which tolerates one slightly misplaced waypoint), *lateral
     acceleration* (speed × heading change per time) and *curvature* (heading change per arc length
     against ``min_turn_radius_m``). The vehicle starts at the origin facing +x. With
     ``current_speed_mps`` (the ego speed, e.g. from odometry) the *first waypoint* rule also runs: the
@@ -355,7 +356,7 @@ def check_plan_kinematics(
                 )
     heading = 0.0  # the vehicle's heading (it faces +x at the origin)
     since_m, since_s = 0.0, 0.0  # path length and time since the point where ``heading`` was measured
-    previous_speed: float | None = None  # signed: negative while reversing
+    speeds: list[float] = []  # signed step speeds (negative while reversing)
     px, py = 0.0, 0.0
     for index, (x, y) in enumerate(points):
         dx, dy = x - px, y - py
@@ -372,7 +373,7 @@ def check_plan_kinematics(
                 f"backward rule: waypoint {index + 1} is {-along:.2f} m behind {_where(index)} along the direction "
                 f"of travel (tolerance {limits.max_backward_m:g} m; reversing needs planning.kinematics.allow_reverse)"
             )
-        signed = -speed if previous_speed is not None and previous_speed < 0 else speed
+        signed = -speed if speeds and speeds[-1] < 0 else speed
         direction = math.atan2(dy, dx)
         against = abs(_wrap(direction - heading)) > math.pi / 2
         # A step against the heading within the backward tolerance is noise: it sets no new heading.
@@ -400,17 +401,20 @@ def check_plan_kinematics(
             since_m, since_s = length / 2.0, dt / 2.0
         else:
             since_m, since_s = since_m + length, since_s + dt
-        if previous_speed is not None:
-            change = (signed - previous_speed) / dt
-            speeding_up = abs(signed) > abs(previous_speed) and signed * previous_speed >= 0
+        if len(speeds) >= 2:
+            # Central difference over two steps (1 s at dt 0.5 s): a single waypoint that is a little off
+            # (answer noise) moves one step speed up and the next down and mostly cancels out.
+            earlier = speeds[-2]
+            change = (signed - earlier) / (2.0 * dt)
+            speeding_up = abs(signed) > abs(earlier) and signed * earlier >= 0
             limit = limits.max_accel_mps2 if speeding_up else limits.max_decel_mps2
             if abs(change) > limit:
                 rule = "acceleration" if speeding_up else "deceleration"
                 return (
-                    f"{rule} rule: step speed goes from {abs(previous_speed):.1f} to {abs(signed):.1f} m/s by "
-                    f"waypoint {index + 1} = {abs(change):.1f} m/s², above {limit:g} m/s²"
+                    f"{rule} rule: step speed goes from {abs(earlier):.1f} to {abs(signed):.1f} m/s in "
+                    f"{2 * dt:g} s by waypoint {index + 1} = {abs(change):.1f} m/s², above {limit:g} m/s²"
                 )
-        previous_speed = signed
+        speeds.append(signed)
         px, py = x, y
     return ""
 
