@@ -211,6 +211,7 @@ class FeedSettings:
     compressed_camera: bool = True  # also publish ~/input/image_1 as JPEG
     pose: tuple[float, float, float] = (0.0, 0.0, 0.0)  # ego x, y (m), yaw (rad) in the odometry frame
     odometry_frame: str = "odom"
+    frame: np.ndarray | None = None  # the image to publish (HxWx3 RGB) instead of the noise pattern
 
 
 class SensorFeeder:
@@ -241,6 +242,8 @@ class SensorFeeder:
 
     def _image(self) -> np.ndarray:
         s = self.settings
+        if s.frame is not None:
+            return np.ascontiguousarray(s.frame)
         return np.ascontiguousarray(self._pattern[: s.height, : s.width])
 
     def start(self) -> SensorFeeder:
