@@ -15,8 +15,11 @@ Checks (all times in nanoseconds; limits from :class:`SyncConfig`):
 * acceleration: from an ``AccelWithCovarianceStamped`` sample within ``max_age_ms`` of the front stamp
   (``source`` ``topic``, or ``auto`` when one is fresh), otherwise derived from odometry with
   :func:`derive_acceleration` (``source`` ``odometry``, or ``auto`` without a fresh topic sample);
-* command: the latest one; older than ``command_max_age_s`` (when > 0) or missing means the
-  configured default command, or no plan when there is no default.
+* command: the latest one; older than ``command_max_age_s`` (default 3 s, 0 = never expires) or missing
+  means the configured default command, or no plan when there is no default.
+
+The observation also carries the ego pose at the front stamp in the odometry's fixed frame
+(:func:`~wam_diff2_ros.core.frames.pose_at`), for plans published in that frame.
 
 Acceleration filter (:func:`derive_acceleration`): a least-squares line through the odometry
 velocities ``vx(t)``, ``vy(t)`` (child frame, i.e. base_link) of the samples in the causal window
