@@ -225,7 +225,8 @@ def bag_messages(path: Path) -> dict[str, list[Any]]:
 
 def known_replay(bag: Path, out: Path, engine: Any | None = None, **kwargs: Any):
     options = ReplayOptions(bag=bag, out=out, model=str(out.parent), progress=False, **kwargs)
-    options.overrides = {"planning.rate_hz": 0.0, **options.overrides}
+    # These bags carry one command at t=0 (like a latched route command): it must not expire.
+    options.overrides = {"planning.rate_hz": 0.0, "command.max_age_s": 0.0, **options.overrides}
     engine = engine or KnownAnswerEngine()
     return replay(options, engine_factory=lambda config: engine, log=lambda text: None), engine
 
