@@ -18,12 +18,12 @@ import numpy as np
 import pytest
 import torch
 
-from wam_diff2_ros.core import demo
 from wam_diff2_ros.core.checkpoint import inspect_checkpoint
 from wam_diff2_ros.core.decoding import DecodeConfig, _block_causal_mask
 from wam_diff2_ros.core.engine import Engine
 from wam_diff2_ros.core.parsing import parse_waypoints
 from wam_diff2_ros.core.prompts import PLANNING_TEMPLATES, build_messages, build_planning_prompt
+from wam_diff2_ros.demo import expand as demo
 from wam_diff2_ros.tools import train_demo
 
 # Measured on held-out samples by the training script (metrics.json, valid_rate); see floor_from_metrics.

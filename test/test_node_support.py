@@ -124,14 +124,14 @@ def tiny_checkpoint() -> Path:
 
 def trained_checkpoint() -> Path | None:
     """A checkpoint that answers in the trained waypoint format: ``$WAM_DIFF2_TRAINED_CHECKPOINT`` or the
-    package's demo model (``wam_diff2_ros.core.demo``) when it is available; None otherwise."""
+    package's demo model (``wam_diff2_ros.demo.expand``) when it is available; None otherwise."""
     import os
 
     explicit = os.environ.get("WAM_DIFF2_TRAINED_CHECKPOINT")
     if explicit:
         return Path(explicit)
     try:
-        from wam_diff2_ros.core.demo import demo_checkpoint
+        from wam_diff2_ros.demo.expand import demo_checkpoint
     except ImportError:
         return None
     try:

@@ -659,12 +659,9 @@ def test_bad_command_lines(tmp_path: Path, tiny: Path, capsys, monkeypatch) -> N
     def unavailable(*args: Any, **kwargs: Any) -> Path:
         raise RuntimeError("demo files are not shipped")
 
-    try:
-        import wam_diff2_ros.core.demo as demo
-    except ImportError:  # not in this checkout: the import failure gives the same error
-        demo = None
-    if demo is not None:
-        monkeypatch.setattr(demo, "demo_checkpoint", unavailable)
+    import wam_diff2_ros.demo.expand as demo
+
+    monkeypatch.setattr(demo, "demo_checkpoint", unavailable)
     fails([str(bag), "--out", out, "--model", "demo"], EXIT_FAILED, "demo model")
 
     (Path(out) / "predictions.jsonl").parent.mkdir(parents=True)
@@ -695,7 +692,7 @@ def test_topics_from_the_parameters_file(tmp_path: Path) -> None:
 
 
 def test_model_demo_uses_the_demo_checkpoint(tmp_path: Path, tiny: Path, monkeypatch) -> None:
-    import types
+    import wam_diff2_ros.demo.expand as demo
 
     demo_dir = tmp_path / "demo-0123456789ab"
     shutil.copytree(tiny, demo_dir)
@@ -703,9 +700,7 @@ def test_model_demo_uses_the_demo_checkpoint(tmp_path: Path, tiny: Path, monkeyp
     preprocessor = json.loads(config_path.read_text())
     preprocessor["size"] = {"longest_edge": 131072, "shortest_edge": 12544}
     config_path.write_text(json.dumps(preprocessor))
-    fake = types.ModuleType("wam_diff2_ros.core.demo")
-    fake.demo_checkpoint = lambda: demo_dir
-    monkeypatch.setitem(sys.modules, "wam_diff2_ros.core.demo", fake)
+    monkeypatch.setattr(demo, "demo_checkpoint", lambda: demo_dir)
     bag = write_drive_bag(tmp_path / "bag", straight(3.0), seconds=1.0, image_times=[0.5], size=(960, 540))
     out = tmp_path / "out"
     assert main([str(bag), "--out", str(out), "--model", "demo", *FAST, "--no-plots"]) == EXIT_OK

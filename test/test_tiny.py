@@ -11,7 +11,7 @@ import pytest
 from core_helpers import tiny_checkpoint
 
 from wam_diff2_ros.core.checkpoint import inspect_checkpoint, load_processor
-from wam_diff2_ros.core.tiny import make_tiny_checkpoint
+from wam_diff2_ros.demo.tiny import make_tiny_checkpoint
 
 
 def _digest(path):

@@ -396,15 +396,14 @@ def _model_path(model: str | None, from_params: str) -> tuple[str, str]:
         raise ReplayUsageError(
             "no model: pass --model PATH (a checkpoint directory, e.g. checkpoints/WAM-Diff2-B32-2B) or --model demo"
         )
-    if model.strip().lower() == "demo":
+    from wam_diff2_ros.demo.resolve import ModelSpecError, is_model_name, resolve_model
+
+    if is_model_name(model):
+        name = model.strip().lower()
         try:
-            from wam_diff2_ros.core.demo import demo_checkpoint
-        except ImportError as exc:
-            raise ReplayModelError(f"--model demo: the demo model is not part of this installation ({exc})") from None
-        try:
-            return str(demo_checkpoint()), "the package's demo model"
-        except Exception as exc:  # missing or corrupt demo files
-            raise ReplayModelError(f"--model demo: the demo model is not available: {exc}") from None
+            return str(resolve_model(name)), f"the package's {name} model"
+        except ModelSpecError as exc:  # missing or corrupt demo files
+            raise ReplayModelError(f"--model {name}: the {name} model is not available: {exc}") from None
     path = Path(model).expanduser()
     if not path.is_dir():
         raise ReplayUsageError(f"--model {model}: not a directory (expected a checkpoint directory or 'demo')")

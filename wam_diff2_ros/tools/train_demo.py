@@ -53,13 +53,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from wam_diff2_ros.core import demo as demo_files
 from wam_diff2_ros.core.decoding import DecodeConfig
 from wam_diff2_ros.core.model import multimodal_rope_index, qwen3vl_config
 from wam_diff2_ros.core.parsing import parse_waypoints
 from wam_diff2_ros.core.processor import IMAGE_PAD_TOKEN, ImageProcessorConfig, WamDiff2Processor, preprocess_image
 from wam_diff2_ros.core.prompts import build_messages, build_planning_prompt, format_number
-from wam_diff2_ros.core.tiny import (
+from wam_diff2_ros.demo import expand as demo_files
+from wam_diff2_ros.demo.tiny import (
     PREPROCESSOR_CONFIG,
     VL_CHAT_TEMPLATE,
     tiny_config,
