@@ -83,7 +83,7 @@ setup(
             "wam-diff2-build-interfaces = wam_diff2_ros.tools.build_interfaces:main",
             "wam-diff2-make-sample-bag = wam_diff2_ros.tools.sample_drive:main",
             "wam-diff2-train-demo = wam_diff2_ros.tools.train_demo:main",
-            "wam-diff2-play = wam_diff2_ros.tools.play:main",
+            "wam-diff2-play = wam_diff2_ros.bag.play:main",
         ],
     },
 )

@@ -27,8 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from core_helpers import tiny_checkpoint
 
+from wam_diff2_ros.bag import BagReader, BagWriter
 from wam_diff2_ros.tools import replay as replay_tool
-from wam_diff2_ros.tools.bagio import BagReader, BagWriter
 from wam_diff2_ros.tools.replay import (
     EXIT_BAG_DAMAGED,
     EXIT_FAILED,
@@ -387,7 +387,7 @@ def test_sqlite3_bag_gives_the_same_metrics(tmp_path: Path) -> None:
     from rosbags.rosbag2 import Writer
     from rosbags.rosbag2.enums import StoragePlugin
 
-    from wam_diff2_ros.tools.bagio import default_typestore
+    from wam_diff2_ros.bag import default_typestore
 
     mcap = write_drive_bag(tmp_path / "mcap", straight(4.0))
     db3 = tmp_path / "db3"
@@ -527,7 +527,7 @@ def test_bad_topic_flags(tmp_path: Path, tiny: Path, capsys) -> None:
 
 
 def test_select_topics_follows_the_camera_info_convention() -> None:
-    from wam_diff2_ros.tools.bagio import TopicInfo
+    from wam_diff2_ros.bag import TopicInfo
 
     def info(name: str, msgtype: str) -> TopicInfo:
         return TopicInfo(name, msgtype, 10)

@@ -155,7 +155,7 @@ def short_bag(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def short_bag_messages(short_bag):
-    from wam_diff2_ros.tools.bagio import BagReader
+    from wam_diff2_ros.bag import BagReader
 
     with BagReader(short_bag.path) as reader:
         return reader, list(reader.messages())
@@ -236,7 +236,7 @@ def test_bag_images_decode_to_the_right_size_and_camera_info_matches(short_bag_m
 def test_truncated_sample_bag_yields_a_prefix_then_raises(short_bag, short_bag_messages, tmp_path):
     import shutil
 
-    from wam_diff2_ros.tools.bagio import BagReader, BagReadError
+    from wam_diff2_ros.bag import BagReader, BagReadError
 
     _, full = short_bag_messages
     copy = tmp_path / "cut"
@@ -255,7 +255,7 @@ def test_truncated_sample_bag_yields_a_prefix_then_raises(short_bag, short_bag_m
 
 @pytest.mark.ros
 def test_raw_bag_carries_the_rendered_pixels(tmp_path):
-    from wam_diff2_ros.tools.bagio import BagReader
+    from wam_diff2_ros.bag import BagReader
 
     result = sd.make_sample_bag(tmp_path / "raw", seconds=0.5, seed=4, width=160, height=96, raw=True)
     with BagReader(result.path) as reader:

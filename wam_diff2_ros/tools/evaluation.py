@@ -42,7 +42,7 @@ def _yaw_from_quaternion(q: Any) -> float:
 
 
 def _odometry_sample(sample: Any, index: int) -> tuple[int, float, float, float]:
-    if hasattr(sample, "msg") and hasattr(sample.msg, "pose"):  # a bagio.BagMessage
+    if hasattr(sample, "msg") and hasattr(sample.msg, "pose"):  # a bag.BagMessage
         sample = sample.msg
     if hasattr(sample, "header") and hasattr(sample, "pose"):
         stamp = int(sample.header.stamp.sec) * _NS + int(sample.header.stamp.nanosec)

@@ -242,7 +242,7 @@ def _camera_info_for(image_topic: str, infos: Sequence[str]) -> str | None:
 
 
 def select_topics(topics: Mapping[str, Any], request: TopicRequest, num_cameras: int) -> TopicMap:
-    """Map bag topics (name → :class:`~wam_diff2_ros.tools.bagio.TopicInfo`) to the runtime's inputs.
+    """Map bag topics (name → :class:`~wam_diff2_ros.bag.TopicInfo`) to the runtime's inputs.
 
     Raises :class:`ReplayUsageError` for unknown or mistyped topics and for ambiguous choices.
     """
@@ -821,7 +821,7 @@ def replay(
     outputs are opened every ending (damaged bag, failing model, Ctrl-C) writes them and returns a
     :class:`ReplayResult` with the exit code.
     """
-    from wam_diff2_ros.tools.bagio import BagError, BagReader
+    from wam_diff2_ros.bag import BagError, BagReader
 
     log = log or (lambda text: print(text, file=sys.stderr, flush=True))
     wall_start = time.perf_counter()
@@ -890,8 +890,8 @@ class _Outputs:
         from sensor_msgs.msg import Image
         from visualization_msgs.msg import MarkerArray
 
+        from wam_diff2_ros.bag import BagWriter
         from wam_diff2_ros.ros import qos
-        from wam_diff2_ros.tools.bagio import BagWriter
 
         self.bag = BagWriter(
             out / BAG_DIR_NAME,
@@ -963,8 +963,8 @@ def _run_replay(
 ) -> ReplayResult:
     from rclpy.serialization import deserialize_message
 
+    from wam_diff2_ros.bag import BagError, message_class
     from wam_diff2_ros.ros.runtime import PlannerRuntime
-    from wam_diff2_ros.tools.bagio import BagError, message_class
 
     run = _Run(log)
     clock = {"now": 0}

@@ -991,7 +991,7 @@ def make_sample_bag(
     from sensor_msgs.msg import CameraInfo, CompressedImage, Image
     from std_msgs.msg import String
 
-    from wam_diff2_ros.tools.bagio import BagWriter
+    from wam_diff2_ros.bag import BagWriter
 
     if width < 64 or height < 48 or width > 4096 or height > 4096:
         raise ValueError(f"image size {width}x{height} is outside 64x48 .. 4096x4096")
@@ -1107,7 +1107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quality", type=int, default=75, help="JPEG quality 1-100 (default 75)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing bag folder")
     args = parser.parse_args(argv)
-    from wam_diff2_ros.tools.bagio import BagError
+    from wam_diff2_ros.bag import BagError
 
     def progress(done: int, total: int) -> None:
         if done % 25 == 0 or done == total:

@@ -26,8 +26,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from wam_diff2_ros.bag import BagError, BagReader, BagReadError, TopicInfo, message_class
 from wam_diff2_ros.ros.dds import ensure_fastdds_profile
-from wam_diff2_ros.tools.bagio import BagError, BagReader, BagReadError, TopicInfo, message_class
 
 
 def parse_remaps(pairs: Sequence[str]) -> dict[str, str]:
