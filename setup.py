@@ -81,7 +81,7 @@ setup(
             "wam-diff2-replay = wam_diff2_ros.tools.replay:main",
             "wam-diff2-bench = wam_diff2_ros.tools.bench:main",
             "wam-diff2-build-interfaces = wam_diff2_ros.tools.build_interfaces:main",
-            "wam-diff2-make-sample-bag = wam_diff2_ros.tools.sample_drive:main",
+            "wam-diff2-make-sample-bag = wam_diff2_ros.cli.make_sample_bag:main",
             "wam-diff2-train-demo = wam_diff2_ros.tools.train_demo:main",
             "wam-diff2-play = wam_diff2_ros.bag.play:main",
         ],

@@ -41,7 +41,7 @@ from test_node_support import (
 from wam_diff2_ros.bag import BagReader, message_class
 from wam_diff2_ros.ros.conversions import stamp_to_ns
 from wam_diff2_ros.ros.outputs import own_messages
-from wam_diff2_ros.tools.sample_drive import SAMPLE_TOPICS, make_sample_bag
+from wam_diff2_ros.sim import SAMPLE_TOPICS, make_sample_bag
 
 pytestmark = pytest.mark.ros
 

@@ -232,7 +232,7 @@ def known_replay(bag: Path, out: Path, engine: Any | None = None, **kwargs: Any)
 
 @pytest.fixture(scope="module")
 def sample_bag(tmp_path_factory) -> Path:
-    from wam_diff2_ros.tools.sample_drive import make_sample_bag
+    from wam_diff2_ros.sim import make_sample_bag
 
     return make_sample_bag(tmp_path_factory.mktemp("sample") / "drive", seconds=4.0, width=320, height=180).path
 

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from wam_diff2_ros.tools import sample_drive as sd
+from wam_diff2_ros import sim as sd
+from wam_diff2_ros.cli.make_sample_bag import main as make_sample_bag_main
 from wam_diff2_ros.tools.evaluation import EgoTrack, PlanRecord, compute_metrics
 
 NS = 1_000_000_000
@@ -293,13 +294,13 @@ def test_odometry_from_the_bag_evaluates_a_perfect_plan_as_exact(short_bag_messa
 def test_cli_writes_a_bag_and_refuses_to_overwrite(tmp_path, capsys):
     out = tmp_path / "cli"
     args = [str(out), "--seconds", "1", "--seed", "5", "--width", "160", "--height", "96"]
-    assert sd.main(args) == 0
+    assert make_sample_bag_main(args) == 0
     printed = capsys.readouterr().out
     assert "MB" in printed and "/odom: 50 messages" in printed
-    assert sd.main(args) == 2
+    assert make_sample_bag_main(args) == 2
     assert "exists already" in capsys.readouterr().err
-    assert sd.main([*args, "--overwrite"]) == 0
-    assert sd.main([str(tmp_path / "x"), "--seconds", "-1"]) == 2
+    assert make_sample_bag_main([*args, "--overwrite"]) == 0
+    assert make_sample_bag_main([str(tmp_path / "x"), "--seconds", "-1"]) == 2
 
 
 @pytest.mark.ros

@@ -2,7 +2,7 @@
 
 Data: synthetic NAVSIM-style planning samples. Ego speed 0-20 m/s with a small lateral velocity, a constant
 longitudinal acceleration, a navigation command (left / straight / right / unknown) and a front image of the
-synthetic sample drive (:mod:`wam_diff2_ros.tools.sample_drive`) that fits the command (a frame before or in
+synthetic sample drive (:mod:`wam_diff2_ros.sim`) that fits the command (a frame before or in
 its left turn for ``left``, the same frame mirrored for ``right``, a straight stretch for ``straight``),
 rendered at one of several sizes and aspect ratios (`IMAGE_SIZES`) so that other cameras work too. The
 ground truth is 8 waypoints at 0.5 .. 4.0 s from a kinematic model: the path's curvature follows the command
@@ -281,7 +281,7 @@ def render_image_pool(
     ``left`` gets the turn frames, ``right`` the same frames mirrored, ``straight`` the straight frames and
     their mirror images, ``unknown`` any of them. Frame ``i`` of drive ``d`` has size ``sizes[(d + i) % n]``.
     """
-    from wam_diff2_ros.tools.sample_drive import render_frames, simulate_drive
+    from wam_diff2_ros.sim import render_frames, simulate_drive
 
     rng = np.random.default_rng(seed)
     images: list[np.ndarray] = []
