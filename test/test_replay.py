@@ -27,9 +27,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from core_helpers import tiny_checkpoint
 
+from wam_diff2_ros import replay as replay_tool
 from wam_diff2_ros.bag import BagReader, BagWriter
-from wam_diff2_ros.tools import replay as replay_tool
-from wam_diff2_ros.tools.replay import (
+from wam_diff2_ros.cli.replay import main
+from wam_diff2_ros.replay import (
     EXIT_BAG_DAMAGED,
     EXIT_FAILED,
     EXIT_NO_PLANS,
@@ -38,7 +39,6 @@ from wam_diff2_ros.tools.replay import (
     InstantSchedule,
     ReplayOptions,
     TopicRequest,
-    main,
     replay,
 )
 
@@ -797,7 +797,7 @@ def test_interrupt_gate_holds_a_signal_until_the_instant_is_written() -> None:
     import signal
     import time
 
-    from wam_diff2_ros.tools.replay import InterruptGate
+    from wam_diff2_ros.replay import InterruptGate
 
     gate = InterruptGate()
     previous = gate.install()

@@ -12,7 +12,7 @@ from PIL import Image
 
 from wam_diff2_ros import sim as sd
 from wam_diff2_ros.cli.make_sample_bag import main as make_sample_bag_main
-from wam_diff2_ros.tools.evaluation import EgoTrack, PlanRecord, compute_metrics
+from wam_diff2_ros.replay.evaluation import EgoTrack, PlanRecord, compute_metrics
 
 NS = 1_000_000_000
 

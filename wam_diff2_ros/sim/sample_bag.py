@@ -107,7 +107,7 @@ def make_sample_bag(
     events.sort()
 
     custom = {
-        "generator": "wam_diff2_ros.tools.sample_drive",
+        "generator": "wam_diff2_ros.sim",
         "seed": str(seed),
         "seconds": f"{sc.seconds:g}",
         "image_size": f"{width}x{height}",
