@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from wam_diff2_ros.bag.play import Pacer, is_latched, main, parse_remaps
+from wam_diff2_ros.bag.play import Pacer, is_latched, parse_remaps
+from wam_diff2_ros.cli.play import main
 
 pytest.importorskip("rclpy", reason="rclpy is not importable (install the PyPI ROS 2 wheels)")
 
