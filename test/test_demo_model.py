@@ -27,6 +27,8 @@ from wam_diff2_ros.core.prompts import PLANNING_TEMPLATES, build_messages, build
 from wam_diff2_ros.demo import expand as demo
 from wam_diff2_ros.demo import train as train_demo
 
+pytestmark = pytest.mark.core
+
 # Measured on held-out samples by the training script (metrics.json, valid_rate); see floor_from_metrics.
 METRICS = json.loads((demo.DEMO_DIR / demo.METRICS).read_text(encoding="utf-8"))
 HELD_OUT_PROMPTS = 16

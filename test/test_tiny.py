@@ -13,6 +13,8 @@ from core_helpers import tiny_checkpoint
 from wam_diff2_ros.core.checkpoint import inspect_checkpoint, load_processor
 from wam_diff2_ros.demo.tiny import make_tiny_checkpoint
 
+pytestmark = pytest.mark.core
+
 
 def _digest(path):
     return hashlib.sha256(path.read_bytes()).hexdigest()
