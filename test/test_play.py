@@ -20,7 +20,7 @@ from wam_diff2_ros.cli.play import main
 pytest.importorskip("rclpy", reason="rclpy is not importable (install the PyPI ROS 2 wheels)")
 
 from conftest import subprocess_env
-from test_node_support import Collector, Harness
+from node_helpers import Collector, Harness
 
 from wam_diff2_ros.bag import BagReader, TopicInfo
 from wam_diff2_ros.ros.conversions import stamp_to_ns

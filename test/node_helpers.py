@@ -3,7 +3,7 @@ it, a sensor feeder for DDS tests and message collectors.
 
 Run as a script it is ``wam_diff2_node`` with :class:`ScriptedEngine` instead of the real model::
 
-    python test/test_node_support.py --ros-args --params-file config/wam_diff2.yaml -p model.path:=/tmp
+    python test/node_helpers.py --ros-args --params-file config/wam_diff2.yaml -p model.path:=/tmp
 
 The scripted engine answers like a trained model would, computed from the prompt, so the ROS layer can
 be tested with valid plans before a trained checkpoint exists:
