@@ -21,9 +21,6 @@ from rosbags.rosbag2 import Reader as _RosbagsReader
 from wam_diff2_ros.bag.salvage import McapScan
 from wam_diff2_ros.bag.types import BagMessage, BagNotFoundError, BagReadError, BagWarning, TopicInfo, message_class
 
-# --------------------------------------------------------------------------------------------
-# Reading
-
 
 class _Part:
     """One readable unit of a bag: a rosbags reader (folder or file) or a recovery scan."""

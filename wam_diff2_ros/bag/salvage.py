@@ -15,9 +15,6 @@ from typing import Any
 
 from wam_diff2_ros.bag.types import BagReadError
 
-# --------------------------------------------------------------------------------------------
-# Reading: recovery scanner for MCAP files rosbags cannot open
-
 MCAP_MAGIC = b"\x89MCAP0\r\n"
 
 

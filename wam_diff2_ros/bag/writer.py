@@ -27,9 +27,6 @@ from wam_diff2_ros.bag.types import (
     msgtype_of,
 )
 
-# --------------------------------------------------------------------------------------------
-# Writing
-
 
 class BagWriter:
     """Write a rosbag2 MCAP folder; a context manager that closes the bag even on exceptions.

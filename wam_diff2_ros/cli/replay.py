@@ -16,9 +16,6 @@ from wam_diff2_ros.replay.loop import replay
 from wam_diff2_ros.replay.settings import ReplayOptions, parse_set
 from wam_diff2_ros.replay.topics import TopicRequest
 
-# --------------------------------------------------------------------------------------------
-# Command line
-
 
 class _Parser(argparse.ArgumentParser):
     """argparse with one clear line on errors (exit 2)."""

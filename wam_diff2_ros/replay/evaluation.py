@@ -33,10 +33,6 @@ _NS = 1_000_000_000
 _TIME_TOL_S = 1e-6
 
 
-# --------------------------------------------------------------------------------------------
-# Ground truth
-
-
 def _yaw_from_quaternion(q: Any) -> float:
     return math.atan2(2.0 * (q.w * q.z + q.x * q.y), 1.0 - 2.0 * (q.y * q.y + q.z * q.z))
 

@@ -14,9 +14,6 @@ import numpy as np
 from wam_diff2_ros.core.observation import NS_PER_S
 from wam_diff2_ros.replay.evaluation import HORIZONS_S, EgoTrack, PlanRecord, usable_waypoints
 
-# --------------------------------------------------------------------------------------------
-# Plots
-
 
 def _figure(width_in: float, height_in: float) -> Any:
     from matplotlib.backends.backend_agg import FigureCanvasAgg

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 from typing import Any, TextIO
 
-# --------------------------------------------------------------------------------------------
-# Progress
-
 
 class Progress:
     """A tqdm bar over bag seconds on a terminal; otherwise a line at every 10 % of the window (or nothing)."""

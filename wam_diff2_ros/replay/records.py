@@ -8,9 +8,6 @@ from typing import Any
 
 from wam_diff2_ros.core.observation import NS_PER_S
 
-# --------------------------------------------------------------------------------------------
-# Records
-
 
 def _timing_dict(timing: Any, wall_ms: float) -> dict[str, float]:
     return {

@@ -17,9 +17,6 @@ from wam_diff2_ros.replay.run import NoTrack, ReplayResult, Run
 from wam_diff2_ros.replay.settings import ReplayOptions, params_hash
 from wam_diff2_ros.replay.topics import BAG_DIR_NAME, TopicMap
 
-# --------------------------------------------------------------------------------------------
-# Metrics, plots, summary
-
 
 def _plan_records_for_metrics(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     rows = []

@@ -8,9 +8,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-# --------------------------------------------------------------------------------------------
-# The replay
-
 
 @dataclass
 class ReplayResult:

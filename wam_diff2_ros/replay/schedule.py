@@ -9,9 +9,6 @@ from collections.abc import Iterator
 
 from wam_diff2_ros.core.observation import NS_PER_S
 
-# --------------------------------------------------------------------------------------------
-# Planning instants
-
 
 class InstantSchedule:
     """When the node would plan (and detect), on the bag clock.

@@ -28,10 +28,6 @@ MAX_CONSECUTIVE_ENGINE_ERRORS = 3
 GROUND_TRUTH_MARGIN_S = 0.5
 
 
-# --------------------------------------------------------------------------------------------
-# Options and configuration
-
-
 @dataclass
 class ReplayOptions:
     """Everything the command line says (see :func:`build_parser`)."""

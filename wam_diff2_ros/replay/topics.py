@@ -43,10 +43,6 @@ TF_TOPICS = ("/tf", "/tf_static")
 NONE_WORDS = ("none", "off", "")
 
 
-# --------------------------------------------------------------------------------------------
-# Topics
-
-
 @dataclass
 class TopicRequest:
     """Topics asked for by flags or the parameters file (None = choose by type, ``"none"`` = off)."""

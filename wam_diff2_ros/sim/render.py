@@ -28,9 +28,6 @@ from wam_diff2_ros.sim.road import (
 )
 from wam_diff2_ros.sim.scenario import Actor, Scenario, sample_texture
 
-# --------------------------------------------------------------------------------------------
-# Rendering
-
 
 @dataclass(frozen=True)
 class CameraModel:

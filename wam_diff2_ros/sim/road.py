@@ -38,10 +38,6 @@ PATH_DS = 0.05
 LOOKAHEAD_S = 12.0  # ground truth (and the lead car) extend this far beyond the bag
 
 
-# --------------------------------------------------------------------------------------------
-# Road geometry
-
-
 @dataclass(frozen=True)
 class Segment:
     """A straight (curvature 0) or circular arc of the ego lane centre line."""

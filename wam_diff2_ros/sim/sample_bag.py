@@ -43,10 +43,6 @@ SAMPLE_TYPES: dict[str, str] = {
 }
 
 
-# --------------------------------------------------------------------------------------------
-# Bag writing
-
-
 @dataclass(frozen=True)
 class SampleBag:
     """What :func:`make_sample_bag` wrote."""

@@ -27,9 +27,6 @@ from wam_diff2_ros.sim.road import (
     Road,
 )
 
-# --------------------------------------------------------------------------------------------
-# Scenario: road, speeds, ego path, other actors
-
 
 def _raised_cosine(s: np.ndarray, s_a: float, s_b: float, v_a: float, v_b: float) -> tuple[np.ndarray, ...]:
     """Speed and dv/ds of a raised-cosine change from v_a at s_a to v_b at s_b."""

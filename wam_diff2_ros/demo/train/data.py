@@ -23,9 +23,6 @@ from wam_diff2_ros.demo.train.config import (
     WAYPOINT_DT,
 )
 
-# --------------------------------------------------------------------------------------------------
-# Synthetic NAVSIM-style samples
-
 
 @dataclass(frozen=True)
 class DrivingSample:

@@ -15,9 +15,6 @@ from wam_diff2_ros.core.prompts import build_planning_prompt
 from wam_diff2_ros.demo.train.config import COMMANDS, MAX_SPEED
 from wam_diff2_ros.demo.train.data import DrivingSample, ImagePool
 
-# --------------------------------------------------------------------------------------------------
-# Evaluation through the real decoder
-
 
 def path_length(points: np.ndarray) -> float:
     """Length of the polyline origin -> waypoints."""

@@ -43,9 +43,6 @@ from wam_diff2_ros.demo.train.objective import (
 )
 from wam_diff2_ros.demo.train.tokens import demo_processor, prompt_token_ids, response_token_ids, vocabulary
 
-# --------------------------------------------------------------------------------------------------
-# Training
-
 
 @dataclass
 class TrainSettings:

@@ -13,9 +13,6 @@ import torch
 from wam_diff2_ros.core.model import qwen3vl_config
 from wam_diff2_ros.demo import expand as demo_files
 
-# --------------------------------------------------------------------------------------------------
-# Models: the training model has only the vocabulary rows; the checkpoint has all 151936
-
 
 def training_config(config: dict[str, Any], vocab_ids: Sequence[int]) -> dict[str, Any]:
     """The demo config with a vocabulary of `vocab_ids` only (special ids renumbered to their rows)."""

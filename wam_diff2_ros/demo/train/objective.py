@@ -15,9 +15,6 @@ import torch
 from wam_diff2_ros.core.model import multimodal_rope_index
 from wam_diff2_ros.demo.train.config import BLOCK_SIZE, FULL_VOCAB_SIZE, MASK_ID
 
-# --------------------------------------------------------------------------------------------------
-# The block-diffusion training forward
-
 
 @dataclass
 class TrainingExample:

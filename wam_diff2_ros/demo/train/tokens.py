@@ -17,9 +17,6 @@ from wam_diff2_ros.demo.tiny import (
 )
 from wam_diff2_ros.demo.train.config import BLOCK_SIZE, COMMANDS, DEMO_PREPROCESSOR_OVERRIDES, EOS_ID, SPECIAL_IDS
 
-# --------------------------------------------------------------------------------------------------
-# Tokens, vocabulary, processor
-
 
 def demo_processor(work_dir: Path) -> WamDiff2Processor:
     """The demo checkpoint's processor (real Qwen3 tokenizer, VL chat template, capped pixels)."""
