@@ -20,6 +20,8 @@ from wam_diff2_ros.core.parsing import (
     parse_waypoints,
 )
 
+pytestmark = pytest.mark.core
+
 LIMITS = DEFAULT_KINEMATIC_LIMITS
 DT = 0.5
 PROPERTIES = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -144,10 +144,8 @@ def test_detection_vqa_and_debug_image_through_the_decoder(tiny_node, harness) -
 def drive_frame():
     """A 640×360 frame of the synthetic sample drive on a straight (what the demo model was trained on; on
     the feeder's noise pattern it answers paths the plausibility gate rejects)."""
-    try:
-        from wam_diff2_ros.sim.sample_drive import render_frames
-    except ImportError:
-        from wam_diff2_ros.tools.sample_drive import render_frames
+    from wam_diff2_ros.sim.render import render_frames
+
     return render_frames(25.0, 0, 640, 360, (2.0,))[0]
 
 

@@ -13,9 +13,9 @@ import pytest
 pytest.importorskip("rclpy", reason="rclpy is not importable (install the PyPI ROS 2 wheels)")
 
 from nav_msgs.msg import Odometry
+from node_helpers import ScriptedEngine, jpeg_msg, rgb_image_msg, scripted_plan
 from PIL import Image as PILImage
 from std_msgs.msg import String
-from test_node_support import ScriptedEngine, jpeg_msg, rgb_image_msg, scripted_plan
 
 from wam_diff2_ros.core.frames import EgoPose, pose_at, transform_waypoints, yaw_from_quaternion
 from wam_diff2_ros.core.image_headers import compressed_header_problem
@@ -25,6 +25,8 @@ from wam_diff2_ros.ros.conversions import ns_to_stamp, stamp_to_ns
 from wam_diff2_ros.ros.diagnostics import WARN, KeyedThrottle, NodeHealth
 from wam_diff2_ros.ros.params import NodeConfig
 from wam_diff2_ros.ros.runtime import PlannerRuntime
+
+pytestmark = pytest.mark.ros
 
 T0 = 1_700_000_000 * NS_PER_S
 IMAGE = np.random.default_rng(7).integers(0, 256, size=(180, 320, 3), dtype=np.uint8)
