@@ -225,7 +225,8 @@ def bag_messages(path: Path) -> dict[str, list[Any]]:
 
 def known_replay(bag: Path, out: Path, engine: Any | None = None, **kwargs: Any):
     options = ReplayOptions(bag=bag, out=out, model=str(out.parent), progress=False, **kwargs)
-    options.overrides = {"planning.rate_hz": 0.0, **options.overrides}
+    # These bags carry one command at t=0 (like a latched route command): it must not expire.
+    options.overrides = {"planning.rate_hz": 0.0, "command.max_age_s": 0.0, **options.overrides}
     engine = engine or KnownAnswerEngine()
     return replay(options, engine_factory=lambda config: engine, log=lambda text: None), engine
 
@@ -381,6 +382,64 @@ def test_metrics_on_a_constant_radius_drive_are_exact(tmp_path: Path) -> None:
     assert metrics["invalid_rate"] == 0.0 and metrics["count_4s"] == 8
     assert set(metrics["by_command"]) == {"left"}
     assert (tmp_path / "out" / "plots" / "bev.png").is_file()
+
+
+def test_fixed_frame_path_in_the_output_bag_and_metrics_unchanged(tmp_path: Path) -> None:
+    from wam_diff2_ros.ros.conversions import stamp_to_ns
+
+    speed, radius = 5.0, 20.0
+    pose_fn = circle(speed, radius)
+    bag = write_drive_bag(tmp_path / "circle", pose_fn, command="left")
+    result, _ = known_replay(bag, tmp_path / "base", engine=KnownAnswerEngine(invalid_every=0))
+    assert result.exit_code == EXIT_OK
+    messages = bag_messages(tmp_path / "base" / "out")
+    fixed = messages["/wam_diff2/output/path_fixed"]
+    assert len(fixed) == len(messages["/wam_diff2/output/path"]) == 12
+    assert len(messages["/wam_diff2/output/trajectory_fixed"]) == 12
+    for message in fixed:
+        path = message.msg
+        assert path.header.frame_id == "odom"
+        t = (stamp_to_ns(path.header.stamp) - T0) / NS
+        x0, y0, yaw, _, _ = pose_fn(t)  # the ego at the image stamp (images lie on odometry ticks)
+        for i, stamped in enumerate(path.poses):
+            forward = 5.0 * WAYPOINT_TIMES[i]  # the engine's answer (forward, 0) in base_link
+            expected = (x0 + forward * math.cos(yaw), y0 + forward * math.sin(yaw))
+            assert (stamped.pose.position.x, stamped.pose.position.y) == pytest.approx(expected, abs=1e-6)
+    records = read_predictions(tmp_path / "base")
+    assert all(r["fixed_frame"] == "odom" and len(r["waypoints_fixed"]) == 8 for r in records)
+    # planning.frame_id odom: ~/output/path carries the transformed plan; predictions, metrics and the BEV
+    # plot stay in the ego frame at the stamp, so they do not change.
+    result, _ = known_replay(
+        bag,
+        tmp_path / "odom",
+        engine=KnownAnswerEngine(invalid_every=0),
+        overrides={"planning.frame_id": "odom"},
+    )
+    assert result.exit_code == EXIT_OK
+    paths = bag_messages(tmp_path / "odom" / "out")["/wam_diff2/output/path"]
+    assert all(m.msg.header.frame_id == "odom" for m in paths)
+    assert [[(p.pose.position.x, p.pose.position.y) for p in m.msg.poses] for m in paths] == [
+        [(p.pose.position.x, p.pose.position.y) for p in m.msg.poses] for m in fixed
+    ]
+    assert [r["waypoints"] for r in read_predictions(tmp_path / "odom")] == [r["waypoints"] for r in records]
+    base, odom = read_metrics(tmp_path / "base"), read_metrics(tmp_path / "odom")
+    assert [base[f"ade_{h}s"] for h in (1, 2, 3, 4)] == [odom[f"ade_{h}s"] for h in (1, 2, 3, 4)]
+
+
+def test_the_age_gate_runs_on_the_bag_clock(tmp_path: Path) -> None:
+    # Bag time stands still while the model decodes: a plan's age is its image's age at the instant (0 here, at
+    # planning.rate_hz 0), so even a limit far below any inference time withholds nothing.
+    bag = write_drive_bag(tmp_path / "straight", straight(4.0))
+    result, _ = known_replay(bag, tmp_path / "out", overrides={"planning.max_plan_age_s": 0.001})
+    assert result.exit_code == EXIT_OK
+    assert not any("stale" in (r["reason"] or "") for r in read_predictions(tmp_path / "out"))
+    # Images 0.2 s before each instant of a 1 Hz planning rate: those plans are 0.2 s old, stale at 0.1 s.
+    bag = write_drive_bag(tmp_path / "late", straight(4.0), image_times=[0.3 + 0.5 * k for k in range(12)])
+    result, _ = known_replay(
+        bag, tmp_path / "rate", overrides={"planning.max_plan_age_s": 0.1, "planning.rate_hz": 1.0}
+    )
+    stale = [r for r in read_predictions(tmp_path / "rate") if "stale plan" in (r["reason"] or "")]
+    assert stale and all(not r["valid"] and r["waypoints"] is None for r in stale)
 
 
 def test_sqlite3_bag_gives_the_same_metrics(tmp_path: Path) -> None:

@@ -314,7 +314,9 @@ def _plan_instant(run: Run, runtime: Any, outputs: Outputs, t_ns: int, clock: di
             run.num_planned += 1
             run.num_valid += int(bool(cycle.result.valid))
             outputs.write_output("path", cycle.path, t_ns)
+            outputs.write_output("path_fixed", cycle.path_fixed, t_ns)
             outputs.write_output("trajectory", cycle.trajectory, t_ns)
+            outputs.write_output("trajectory_fixed", cycle.trajectory_fixed, t_ns)
             outputs.write_output("markers", cycle.markers, t_ns)
             outputs.write_output("debug_image", cycle.debug_image, t_ns)
         run.records.append(record)

@@ -33,9 +33,11 @@ class Outputs:
         self.skipped_copies: list[str] = []
         try:
             self._declare("path", PathMsg, qos.output_qos())
+            self._declare("path_fixed", PathMsg, qos.output_qos())
             self._declare("markers", MarkerArray, qos.output_qos())
             if runtime.msgs is not None:
                 self._declare("trajectory", runtime.msgs.PlannedTrajectory, qos.output_qos())
+                self._declare("trajectory_fixed", runtime.msgs.PlannedTrajectory, qos.output_qos())
                 if options.detect:
                     self._declare("detections", runtime.msgs.DetectionArray, qos.output_qos())
             if config.debug_image:

@@ -15,7 +15,9 @@ from wam_diff2_ros.replay.errors import ReplayUsageError
 NODE_PREFIX = "/wam_diff2"
 OUTPUT_TOPICS = {
     "path": f"{NODE_PREFIX}/output/path",
+    "path_fixed": f"{NODE_PREFIX}/output/path_fixed",
     "trajectory": f"{NODE_PREFIX}/output/trajectory",
+    "trajectory_fixed": f"{NODE_PREFIX}/output/trajectory_fixed",
     "markers": f"{NODE_PREFIX}/output/markers",
     "detections": f"{NODE_PREFIX}/output/detections",
     "debug_image": f"{NODE_PREFIX}/debug/image",
