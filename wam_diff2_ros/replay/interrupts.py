@@ -16,6 +16,7 @@ class InterruptGate:
     def __init__(self) -> None:
         self._depth = 0
         self._pending: str | None = None
+        self._seen: str | None = None
 
     def held(self) -> InterruptGate:
         """Context manager: a signal inside is raised at its end."""
@@ -33,10 +34,21 @@ class InterruptGate:
 
     def interrupt(self, signum: int, frame: Any) -> None:
         """The signal handler."""
+        self._seen = f"signal {signum}"
         if self._depth > 0:
-            self._pending = f"signal {signum}"
+            self._pending = self._seen
             return
-        raise KeyboardInterrupt(f"signal {signum}")
+        raise KeyboardInterrupt(self._seen)
+
+    def check(self) -> None:
+        """Raise ``KeyboardInterrupt`` if a signal arrived since ``install`` (outside a held block).
+
+        A ``KeyboardInterrupt`` raised by the handler while native code runs (e.g. rclpy's deserialiser) can come
+        out as another exception, which the caller catches as a bad message; calling this there, and once per
+        message, makes sure such a signal still ends the replay.
+        """
+        if self._seen is not None and self._depth == 0:
+            raise KeyboardInterrupt(self._seen)
 
     def install(self) -> dict[int, Any]:
         """Handle SIGINT and SIGTERM (``timeout``, a cancelled job) with the gate; returns the previous handlers."""
@@ -45,7 +57,7 @@ class InterruptGate:
 
         if threading.current_thread() is not threading.main_thread():
             return {}
-        self._pending = None
+        self._pending = self._seen = None
         return {sig: signal.signal(sig, self.interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
 
     @staticmethod

@@ -218,6 +218,7 @@ def _run_replay(
     try:
         try:
             for topic, _, stamp_ns, data in reader.raw_messages(set(topic_map.inputs()) | outputs.copied):
+                INTERRUPTS.check()
                 run.messages_read += 1
                 if schedule is None:
                     run.bag_start_ns = stamp_ns
@@ -240,6 +241,7 @@ def _run_replay(
                 try:
                     msg = deserialize_message(data, cls)
                 except Exception as exc:
+                    INTERRUPTS.check()  # a signal that landed inside the native deserialiser
                     run.decode_errors += 1
                     run.first_decode_error = run.first_decode_error or f"{topic} at {stamp_ns} ns: {exc}"
                     continue
