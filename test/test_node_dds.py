@@ -1,5 +1,5 @@
 """The node over real DDS with the scripted test-double engine: a child process running ``wam_diff2_node``'s
-``main()`` (``test_node_support.py``), fed by this process at realistic rates (front camera raw 10 Hz,
+``main()`` (``node_helpers.py``), fed by this process at realistic rates (front camera raw 10 Hz,
 a second camera JPEG 10 Hz, odometry 50 Hz, command 2 Hz), answering valid plans.
 
 Covers: Path / trajectory / markers frames, stamps, 8 poses and times; invalid answers; stale odometry;
@@ -23,10 +23,7 @@ pytest.importorskip("rclpy", reason="rclpy is not importable (install the PyPI R
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from lifecycle_msgs.msg import Transition
 from nav_msgs.msg import Path as PathMsg
-from rclpy.qos import qos_profile_sensor_data
-from sensor_msgs.msg import Image
-from std_msgs.msg import String
-from test_node_support import (
+from node_helpers import (
     REPO_ROOT,
     Collector,
     FeedSettings,
@@ -40,6 +37,9 @@ from test_node_support import (
     wait_until,
     write_params,
 )
+from rclpy.qos import qos_profile_sensor_data
+from sensor_msgs.msg import Image
+from std_msgs.msg import String
 from visualization_msgs.msg import MarkerArray
 
 from wam_diff2_ros.ros.conversions import stamp_to_ns
@@ -111,6 +111,7 @@ def topics(node, harness):
     n = harness.node
     collectors = {
         "path": Collector(n, PathMsg, f"{NODE}/output/path"),
+        "path_fixed": Collector(n, PathMsg, f"{NODE}/output/path_fixed"),
         "markers": Collector(n, MarkerArray, f"{NODE}/output/markers"),
         "answer": Collector(n, String, f"{NODE}/output/answer"),
         "diagnostics": Collector(n, DiagnosticArray, "/diagnostics"),
@@ -118,6 +119,7 @@ def topics(node, harness):
     }
     if MSGS is not None:
         collectors["trajectory"] = Collector(n, MSGS.PlannedTrajectory, f"{NODE}/output/trajectory")
+        collectors["trajectory_fixed"] = Collector(n, MSGS.PlannedTrajectory, f"{NODE}/output/trajectory_fixed")
         collectors["detections"] = Collector(n, MSGS.DetectionArray, f"{NODE}/output/detections")
     return collectors
 
@@ -241,7 +243,7 @@ def test_stale_odometry_suppresses_planning(node, feed, topics, harness) -> None
 @pytest.mark.parametrize(
     ("change", "suffix", "text"),
     [
-        ({"corrupt_compressed": True}, "planning", "image_1 (left): image dropped: corrupt JPEG"),
+        ({"corrupt_compressed": True}, "inputs", "image_1 (left): corrupt JPEG"),  # seen at arrival
         ({"encoding": "weird8"}, "inputs", "image_0 (front): unsupported encoding 'weird8'"),
         ({"zero_size": True}, "inputs", "image_0 (front): image has no pixels (0x0)"),
         ({"odometry_nan": True}, "inputs", "odometry: odometry twist is not finite"),
@@ -275,6 +277,61 @@ def test_engine_failure_is_reported_and_the_worker_continues(node, feed, topics,
     feed.vx = 5.0
     assert_planning_resumes(topics, harness)
     assert "planning failed: RuntimeError: scripted engine failure" in node.output()
+
+
+# --- plans a controller can trust ----------------------------------------------------------------------------
+
+
+def test_fixed_frame_path_is_the_plan_transformed_by_the_ego_pose(node, feed, topics, harness) -> None:
+    feed.pose = (10.0, 5.0, math.pi / 2)  # the ego at (10 m, 5 m), yaw 90° in odom
+    time.sleep(0.3)
+    start = now_ns(harness)
+    fixed = topics["path_fixed"].wait_for(newer_than(start), 10)
+    assert fixed is not None, node.output()
+    stamp = stamp_to_ns(fixed.header.stamp)
+    base = topics["path"].wait_for(lambda p: stamp_to_ns(p.header.stamp) == stamp, 5)
+    assert base is not None and base.header.frame_id == "base_link"
+    assert fixed.header.frame_id == "odom" and len(fixed.poses) == 8
+    for stamped, relative in zip(fixed.poses, base.poses, strict=True):
+        x, y = relative.pose.position.x, relative.pose.position.y
+        # yaw 90°: (x, y) in base_link lands at (10 − y, 5 + x) in odom.
+        assert stamped.pose.position.x == pytest.approx(10.0 - y, abs=0.05)
+        assert stamped.pose.position.y == pytest.approx(5.0 + x, abs=0.05)
+        assert stamped.header.frame_id == "odom" and stamped.header.stamp == relative.header.stamp
+    if MSGS is None:
+        pytest.skip(MSGS_PROBLEM)
+    trajectory = topics["trajectory_fixed"].wait_for(lambda t: stamp_to_ns(t.header.stamp) == stamp, 5)
+    assert trajectory is not None and trajectory.valid and trajectory.header.frame_id == "odom"
+    assert trajectory.points[0].pose.position.x == pytest.approx(fixed.poses[0].pose.position.x)
+
+
+def test_a_command_topic_that_stops_stops_planning(node, feed, topics, harness) -> None:
+    feed.commands = False  # the default command.max_age_s (3 s) applies
+    status = wait_status(topics, "planning", DiagnosticStatus.WARN, "latest command is", timeout=10)
+    assert status is not None and "(limit 3 s)" in status.message
+    time.sleep(0.5)  # a plan already in flight comes out
+    quiet_from = now_ns(harness)
+    time.sleep(1.5)
+    assert [p for p in topics["path"].snapshot() if stamp_to_ns(p.header.stamp) > quiet_from] == []
+    feed.commands = True
+    assert_planning_resumes(topics, harness)
+
+
+def test_a_repeated_problem_is_logged_once_per_throttle_period(node, feed, topics, harness) -> None:
+    # Stale odometry at 4 Hz planning: "nearest odometry is -10xx ms ..." with numbers changing every cycle.
+    feed.odometry_offset_s = -1.0
+    assert wait_status(topics, "planning", DiagnosticStatus.WARN, "nearest odometry is") is not None
+    time.sleep(1.0)
+    before = node.output()
+    window_s = 4.0
+    time.sleep(window_s)
+    added = node.output()[len(before) :]
+    warnings = [line for line in added.splitlines() if "no plan: odometry: nearest odometry is" in line]
+    # diagnostics.warn_throttle_s is 1 s: one line per second (the 16 planning cycles would log 16).
+    assert 1 <= len(warnings) <= window_s + 1, added
+    assert "object at 0x" not in added
+    feed.odometry_offset_s = 0.0
+    assert_planning_resumes(topics, harness)
 
 
 # --- detection, debug image, VQA -----------------------------------------------------------------------------

@@ -12,10 +12,10 @@ pytest.importorskip("rclpy", reason="rclpy is not importable (install the PyPI R
 
 from geometry_msgs.msg import AccelWithCovarianceStamped
 from nav_msgs.msg import Odometry
+from node_helpers import ScriptedEngine, jpeg_msg, rgb_image_msg, scripted_plan, tiny_checkpoint
 from PIL import Image as PILImage
 from sensor_msgs.msg import CameraInfo
 from std_msgs.msg import String
-from test_node_support import ScriptedEngine, jpeg_msg, rgb_image_msg, scripted_plan, tiny_checkpoint
 
 from wam_diff2_ros.core.observation import NS_PER_MS, InputProblem
 from wam_diff2_ros.core.planning import StageTiming
@@ -115,9 +115,15 @@ def test_bad_messages_are_dropped_with_the_input_named() -> None:
     info = CameraInfo()
     info.k = [math.nan] * 9
     assert runtime.on_camera_info(1, info, T0).input == "camera_info_1 (left)"
-    # The corrupt JPEG passes the header check and is reported by the planning cycle, naming the camera.
+    # A corrupt JPEG is refused at arrival by the header check, naming the camera (not decoded there).
     assert all(p is None for p in feed(runtime, T0))
-    runtime.on_compressed_image(1, jpeg_msg(IMAGE, ns_to_stamp(T0), corrupt=True), T0)
+    corrupt = runtime.on_compressed_image(1, jpeg_msg(IMAGE, ns_to_stamp(T0), corrupt=True), T0)
+    assert corrupt is not None and corrupt.input == "image_1 (left)" and "corrupt JPEG" in corrupt.reason
+    # One whose headers are sound but whose data is damaged is reported by the planning cycle.
+    damaged = jpeg_msg(IMAGE, ns_to_stamp(T0))  # nearer to the front stamp than the good one
+    data = bytes(damaged.data)
+    damaged.data = data[:300] + b"\xff\xd9"  # headers and an end marker, most of the scan missing
+    assert runtime.on_compressed_image(1, damaged, T0) is None
     cycle = runtime.plan(T0 + 50 * NS_PER_MS)
     assert cycle.result is None and [p.input for p in cycle.problems] == ["image_1 (left)"]
     assert "corrupt JPEG" in cycle.problems[0].reason

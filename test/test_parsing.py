@@ -19,6 +19,8 @@ from wam_diff2_ros.core.parsing import (
     parse_waypoints,
 )
 
+pytestmark = pytest.mark.core
+
 # The trained answer from the reference README.
 TRAINED_ANSWER = "2.26,-0.17,4.43,-0.70,6.52,-1.55,8.48,-2.64,10.28,-3.88,11.99,-5.25,13.76,-6.83,15.59,-8.59"
 TRAINED_POINTS = [
@@ -75,12 +77,13 @@ def test_yaw_is_kept_when_standing_still():
     assert stopped.valid
     assert [w.yaw for w in stopped.waypoints] == [0.0] * 8
     # Move diagonally to (1, 1), then stop (steps below 1 mm): the yaw of the stop points stays 45°.
+    # (A sideways first step breaks the kinematic rules; this test is about yaw, so they are off.)
     values = [1.0, 1.0] + [1.0, 1.0005] * 7
-    result = parse_waypoints(",".join(str(v) for v in values))
+    result = parse_waypoints(",".join(str(v) for v in values), check_kinematics=False)
     assert result.valid
     assert all(w.yaw == pytest.approx(math.pi / 4) for w in result.waypoints)
     # A backwards step gives a yaw near ±π.
-    back = parse_waypoints("-1,0," + ",".join(["-1", "0"] * 7))
+    back = parse_waypoints("-1,0," + ",".join(["-1", "0"] * 7), check_kinematics=False)
     assert back.waypoints[0].yaw == pytest.approx(math.pi)
 
 
@@ -241,7 +244,8 @@ def _format_plan(points, style: str) -> str:
 @PROPERTY_SETTINGS
 @given(_plausible_plans(), _SEPARATOR_STYLES)
 def test_formatted_plans_round_trip(points, style):
-    result = parse_waypoints(_format_plan(points, style))
+    # Random walks are rarely drivable: this property is about the format, the kinematic rules are off.
+    result = parse_waypoints(_format_plan(points, style), check_kinematics=False)
     _assert_consistent(result)
     assert result.valid, result.reason
     assert [w.t for w in result.waypoints] == pytest.approx([0.5 * (i + 1) for i in range(8)])

@@ -27,9 +27,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from core_helpers import tiny_checkpoint
 
-from wam_diff2_ros.tools import replay as replay_tool
-from wam_diff2_ros.tools.bagio import BagReader, BagWriter
-from wam_diff2_ros.tools.replay import (
+from wam_diff2_ros import replay as replay_tool
+from wam_diff2_ros.bag import BagReader, BagWriter
+from wam_diff2_ros.cli.replay import main
+from wam_diff2_ros.replay import (
     EXIT_BAG_DAMAGED,
     EXIT_FAILED,
     EXIT_NO_PLANS,
@@ -38,7 +39,6 @@ from wam_diff2_ros.tools.replay import (
     InstantSchedule,
     ReplayOptions,
     TopicRequest,
-    main,
     replay,
 )
 
@@ -225,14 +225,15 @@ def bag_messages(path: Path) -> dict[str, list[Any]]:
 
 def known_replay(bag: Path, out: Path, engine: Any | None = None, **kwargs: Any):
     options = ReplayOptions(bag=bag, out=out, model=str(out.parent), progress=False, **kwargs)
-    options.overrides = {"planning.rate_hz": 0.0, **options.overrides}
+    # These bags carry one command at t=0 (like a latched route command): it must not expire.
+    options.overrides = {"planning.rate_hz": 0.0, "command.max_age_s": 0.0, **options.overrides}
     engine = engine or KnownAnswerEngine()
     return replay(options, engine_factory=lambda config: engine, log=lambda text: None), engine
 
 
 @pytest.fixture(scope="module")
 def sample_bag(tmp_path_factory) -> Path:
-    from wam_diff2_ros.tools.sample_drive import make_sample_bag
+    from wam_diff2_ros.sim import make_sample_bag
 
     return make_sample_bag(tmp_path_factory.mktemp("sample") / "drive", seconds=4.0, width=320, height=180).path
 
@@ -383,11 +384,69 @@ def test_metrics_on_a_constant_radius_drive_are_exact(tmp_path: Path) -> None:
     assert (tmp_path / "out" / "plots" / "bev.png").is_file()
 
 
+def test_fixed_frame_path_in_the_output_bag_and_metrics_unchanged(tmp_path: Path) -> None:
+    from wam_diff2_ros.ros.conversions import stamp_to_ns
+
+    speed, radius = 5.0, 20.0
+    pose_fn = circle(speed, radius)
+    bag = write_drive_bag(tmp_path / "circle", pose_fn, command="left")
+    result, _ = known_replay(bag, tmp_path / "base", engine=KnownAnswerEngine(invalid_every=0))
+    assert result.exit_code == EXIT_OK
+    messages = bag_messages(tmp_path / "base" / "out")
+    fixed = messages["/wam_diff2/output/path_fixed"]
+    assert len(fixed) == len(messages["/wam_diff2/output/path"]) == 12
+    assert len(messages["/wam_diff2/output/trajectory_fixed"]) == 12
+    for message in fixed:
+        path = message.msg
+        assert path.header.frame_id == "odom"
+        t = (stamp_to_ns(path.header.stamp) - T0) / NS
+        x0, y0, yaw, _, _ = pose_fn(t)  # the ego at the image stamp (images lie on odometry ticks)
+        for i, stamped in enumerate(path.poses):
+            forward = 5.0 * WAYPOINT_TIMES[i]  # the engine's answer (forward, 0) in base_link
+            expected = (x0 + forward * math.cos(yaw), y0 + forward * math.sin(yaw))
+            assert (stamped.pose.position.x, stamped.pose.position.y) == pytest.approx(expected, abs=1e-6)
+    records = read_predictions(tmp_path / "base")
+    assert all(r["fixed_frame"] == "odom" and len(r["waypoints_fixed"]) == 8 for r in records)
+    # planning.frame_id odom: ~/output/path carries the transformed plan; predictions, metrics and the BEV
+    # plot stay in the ego frame at the stamp, so they do not change.
+    result, _ = known_replay(
+        bag,
+        tmp_path / "odom",
+        engine=KnownAnswerEngine(invalid_every=0),
+        overrides={"planning.frame_id": "odom"},
+    )
+    assert result.exit_code == EXIT_OK
+    paths = bag_messages(tmp_path / "odom" / "out")["/wam_diff2/output/path"]
+    assert all(m.msg.header.frame_id == "odom" for m in paths)
+    assert [[(p.pose.position.x, p.pose.position.y) for p in m.msg.poses] for m in paths] == [
+        [(p.pose.position.x, p.pose.position.y) for p in m.msg.poses] for m in fixed
+    ]
+    assert [r["waypoints"] for r in read_predictions(tmp_path / "odom")] == [r["waypoints"] for r in records]
+    base, odom = read_metrics(tmp_path / "base"), read_metrics(tmp_path / "odom")
+    assert [base[f"ade_{h}s"] for h in (1, 2, 3, 4)] == [odom[f"ade_{h}s"] for h in (1, 2, 3, 4)]
+
+
+def test_the_age_gate_runs_on_the_bag_clock(tmp_path: Path) -> None:
+    # Bag time stands still while the model decodes: a plan's age is its image's age at the instant (0 here, at
+    # planning.rate_hz 0), so even a limit far below any inference time withholds nothing.
+    bag = write_drive_bag(tmp_path / "straight", straight(4.0))
+    result, _ = known_replay(bag, tmp_path / "out", overrides={"planning.max_plan_age_s": 0.001})
+    assert result.exit_code == EXIT_OK
+    assert not any("stale" in (r["reason"] or "") for r in read_predictions(tmp_path / "out"))
+    # Images 0.2 s before each instant of a 1 Hz planning rate: those plans are 0.2 s old, stale at 0.1 s.
+    bag = write_drive_bag(tmp_path / "late", straight(4.0), image_times=[0.3 + 0.5 * k for k in range(12)])
+    result, _ = known_replay(
+        bag, tmp_path / "rate", overrides={"planning.max_plan_age_s": 0.1, "planning.rate_hz": 1.0}
+    )
+    stale = [r for r in read_predictions(tmp_path / "rate") if "stale plan" in (r["reason"] or "")]
+    assert stale and all(not r["valid"] and r["waypoints"] is None for r in stale)
+
+
 def test_sqlite3_bag_gives_the_same_metrics(tmp_path: Path) -> None:
     from rosbags.rosbag2 import Writer
     from rosbags.rosbag2.enums import StoragePlugin
 
-    from wam_diff2_ros.tools.bagio import default_typestore
+    from wam_diff2_ros.bag import default_typestore
 
     mcap = write_drive_bag(tmp_path / "mcap", straight(4.0))
     db3 = tmp_path / "db3"
@@ -431,7 +490,7 @@ def test_window_and_max_plans(tmp_path: Path) -> None:
 
 
 def test_detection_is_replayed_with_detect(tmp_path: Path) -> None:
-    from test_node_support import ScriptedEngine
+    from node_helpers import ScriptedEngine
 
     bag = write_drive_bag(tmp_path / "bag", straight(4.0), seconds=3.0, image_times=[0.5, 1.0, 1.5, 2.0, 2.5])
     options = ReplayOptions(
@@ -527,7 +586,7 @@ def test_bad_topic_flags(tmp_path: Path, tiny: Path, capsys) -> None:
 
 
 def test_select_topics_follows_the_camera_info_convention() -> None:
-    from wam_diff2_ros.tools.bagio import TopicInfo
+    from wam_diff2_ros.bag import TopicInfo
 
     def info(name: str, msgtype: str) -> TopicInfo:
         return TopicInfo(name, msgtype, 10)
@@ -659,12 +718,9 @@ def test_bad_command_lines(tmp_path: Path, tiny: Path, capsys, monkeypatch) -> N
     def unavailable(*args: Any, **kwargs: Any) -> Path:
         raise RuntimeError("demo files are not shipped")
 
-    try:
-        import wam_diff2_ros.core.demo as demo
-    except ImportError:  # not in this checkout: the import failure gives the same error
-        demo = None
-    if demo is not None:
-        monkeypatch.setattr(demo, "demo_checkpoint", unavailable)
+    import wam_diff2_ros.demo.expand as demo
+
+    monkeypatch.setattr(demo, "demo_checkpoint", unavailable)
     fails([str(bag), "--out", out, "--model", "demo"], EXIT_FAILED, "demo model")
 
     (Path(out) / "predictions.jsonl").parent.mkdir(parents=True)
@@ -695,7 +751,7 @@ def test_topics_from_the_parameters_file(tmp_path: Path) -> None:
 
 
 def test_model_demo_uses_the_demo_checkpoint(tmp_path: Path, tiny: Path, monkeypatch) -> None:
-    import types
+    import wam_diff2_ros.demo.expand as demo
 
     demo_dir = tmp_path / "demo-0123456789ab"
     shutil.copytree(tiny, demo_dir)
@@ -703,9 +759,7 @@ def test_model_demo_uses_the_demo_checkpoint(tmp_path: Path, tiny: Path, monkeyp
     preprocessor = json.loads(config_path.read_text())
     preprocessor["size"] = {"longest_edge": 131072, "shortest_edge": 12544}
     config_path.write_text(json.dumps(preprocessor))
-    fake = types.ModuleType("wam_diff2_ros.core.demo")
-    fake.demo_checkpoint = lambda: demo_dir
-    monkeypatch.setitem(sys.modules, "wam_diff2_ros.core.demo", fake)
+    monkeypatch.setattr(demo, "demo_checkpoint", lambda: demo_dir)
     bag = write_drive_bag(tmp_path / "bag", straight(3.0), seconds=1.0, image_times=[0.5], size=(960, 540))
     out = tmp_path / "out"
     assert main([str(bag), "--out", str(out), "--model", "demo", *FAST, "--no-plots"]) == EXIT_OK
@@ -802,7 +856,7 @@ def test_interrupt_gate_holds_a_signal_until_the_instant_is_written() -> None:
     import signal
     import time
 
-    from wam_diff2_ros.tools.replay import InterruptGate
+    from wam_diff2_ros.replay import InterruptGate
 
     gate = InterruptGate()
     previous = gate.install()
@@ -825,3 +879,32 @@ def test_interrupt_gate_holds_a_signal_until_the_instant_is_written() -> None:
     finally:
         gate.restore(previous)
     assert signal.getsignal(signal.SIGTERM) == previous[signal.SIGTERM]
+
+
+def test_interrupt_gate_still_ends_the_replay_when_native_code_swallowed_the_signal() -> None:
+    """A KeyboardInterrupt raised inside rclpy's deserialiser comes out as another error (seen in CI): ``check``."""
+    import os
+    import signal
+    import time
+
+    from wam_diff2_ros.replay import InterruptGate
+
+    gate = InterruptGate()
+    previous = gate.install()
+    try:
+        gate.check()  # nothing arrived yet
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(1.0)
+        except KeyboardInterrupt as exc:
+            swallowed = RuntimeError(f"Unable to convert function return value ({exc})")  # what pybind11 raised
+        assert "signal" in str(swallowed)
+        with pytest.raises(KeyboardInterrupt, match=f"signal {int(signal.SIGTERM)}"):
+            gate.check()
+    finally:
+        gate.restore(previous)
+    previous = gate.install()  # a new replay starts clean
+    try:
+        gate.check()
+    finally:
+        gate.restore(previous)

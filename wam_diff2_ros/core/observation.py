@@ -15,8 +15,11 @@ Checks (all times in nanoseconds; limits from :class:`SyncConfig`):
 * acceleration: from an ``AccelWithCovarianceStamped`` sample within ``max_age_ms`` of the front stamp
   (``source`` ``topic``, or ``auto`` when one is fresh), otherwise derived from odometry with
   :func:`derive_acceleration` (``source`` ``odometry``, or ``auto`` without a fresh topic sample);
-* command: the latest one; older than ``command_max_age_s`` (when > 0) or missing means the
-  configured default command, or no plan when there is no default.
+* command: the latest one; older than ``command_max_age_s`` (default 3 s, 0 = never expires) or missing
+  means the configured default command, or no plan when there is no default.
+
+The observation also carries the ego pose at the front stamp in the odometry's fixed frame
+(:func:`~wam_diff2_ros.core.frames.pose_at`), for plans published in that frame.
 
 Acceleration filter (:func:`derive_acceleration`): a least-squares line through the odometry
 velocities ``vx(t)``, ``vy(t)`` (child frame, i.e. base_link) of the samples in the causal window
@@ -32,6 +35,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import re
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -40,12 +44,15 @@ from typing import Any
 
 import numpy as np
 
+from .frames import EgoPose, pose_at
 from .prompts import NavigationCommand
 
 NS_PER_S = 1_000_000_000
 NS_PER_MS = 1_000_000
 
 ACCELERATION_SOURCES = ("auto", "topic", "odometry")
+# A 1 Hz command topic may lose two messages before its command expires; a dead one expires within 3 s.
+DEFAULT_COMMAND_MAX_AGE_S = 3.0
 
 
 class InputError(ValueError):
@@ -171,13 +178,15 @@ class ImageSample:
 
 @dataclass(frozen=True)
 class OdometrySample:
-    """Ego velocity (m/s, child frame: x forward, y left) and yaw rate (rad/s) at ``stamp_ns``."""
+    """Ego velocity (m/s, child frame: x forward, y left) and yaw rate (rad/s) at ``stamp_ns``, and the ego
+    pose in the odometry's fixed frame (for plans in that frame)."""
 
     stamp_ns: int
     receive_ns: int
     vx: float
     vy: float
     yaw_rate: float = 0.0
+    pose: EgoPose | None = None  # base_link in the odometry's header frame; None when unusable
 
     def __post_init__(self) -> None:
         _finite("odometry twist", self.vx, self.vy, self.yaw_rate)
@@ -258,7 +267,7 @@ class SyncConfig:
     max_age_ms: float = 100.0
     max_image_age_ms: float = 500.0
     acceleration_source: str = "auto"
-    command_max_age_s: float = 0.0
+    command_max_age_s: float = DEFAULT_COMMAND_MAX_AGE_S
     default_command: NavigationCommand | None = None
 
     def __post_init__(self) -> None:
@@ -315,12 +324,43 @@ def derive_acceleration(
 # Assembly
 
 
+_OBJECT_REPR_RE = re.compile(r"<[A-Za-z_][\w.]* object at 0x[0-9A-Fa-f]+>")
+_NUMBER_RE = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?")
+
+
+def clean_reason(text: str) -> str:
+    """``text`` without object reprs such as ``<_io.BytesIO object at 0x7ff6…>`` (a decoder's error message
+    names its buffer): they change every time and mean nothing to a reader."""
+    return _OBJECT_REPR_RE.sub("the data", str(text))
+
+
+_QUOTED_RE = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
+
+
+def problem_kind(text: str) -> str:
+    """The kind of a problem message, for throttling and change detection: the text with every number,
+    quoted snippet and object repr replaced, so "newest image is 24354 ms old" and "... 24861 ms old" (or
+    "unknown navigation command 'x'" and "... 'y'") are one kind."""
+    return _NUMBER_RE.sub("#", _QUOTED_RE.sub("'…'", clean_reason(text)))
+
+
 @dataclass(frozen=True)
 class InputProblem:
-    """Why an input cannot be used now: ``input`` names it (``image_0 (front)``, ``odometry``, ...)."""
+    """Why an input cannot be used now: ``input`` names it (``image_0 (front)``, ``odometry``, ...).
+
+    ``reason`` is cleaned of object reprs; :attr:`kind` (input + reason without numbers) identifies the
+    problem for throttled warnings while the numbers in the reason keep changing."""
 
     input: str
     reason: str
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "reason", clean_reason(self.reason))
+
+    @property
+    def kind(self) -> str:
+        """``input: reason`` with numbers replaced by ``#``."""
+        return f"{self.input}: {problem_kind(self.reason)}"
 
     def __str__(self) -> str:
         return f"{self.input}: {self.reason}"
@@ -340,6 +380,8 @@ class Observation:
     odometry_stamp_ns: int
     acceleration_stamp_ns: int | None = None
     assembled_ns: int = 0  # the clock reading the checks used
+    ego_pose: EgoPose | None = None  # base_link at ``stamp_ns`` in the odometry's frame (interpolated)
+    ego_pose_problem: str = ""  # why ``ego_pose`` is None
 
     @property
     def front(self) -> CameraFrame:
@@ -627,6 +669,7 @@ class ObservationBuffer:
         if problems:
             return AssemblyResult(None, tuple(problems))
         assert odometry_sample is not None and acceleration is not None and command is not None
+        pose, pose_problem = pose_at(odometry, stamp, round(self.sync.max_age_ms * NS_PER_MS))
         observation = Observation(
             stamp_ns=stamp,
             frames=tuple(frames_out),
@@ -638,6 +681,8 @@ class ObservationBuffer:
             odometry_stamp_ns=odometry_sample.stamp_ns,
             acceleration_stamp_ns=acceleration_stamp,
             assembled_ns=now_ns,
+            ego_pose=pose,
+            ego_pose_problem=pose_problem,
         )
         return AssemblyResult(observation)
 

@@ -24,7 +24,15 @@ from typing import Any, Protocol
 
 from .decoding import DecodeConfig
 from .observation import CameraFrame, CameraIntrinsics, Observation
-from .parsing import Detection, Waypoint, clean_answer, parse_detections, parse_waypoints
+from .parsing import (
+    DEFAULT_KINEMATIC_LIMITS,
+    Detection,
+    KinematicLimits,
+    Waypoint,
+    clean_answer,
+    parse_detections,
+    parse_waypoints,
+)
 from .processor import ImageInputError
 from .prompts import build_detection_prompt, build_planning_prompt, build_vqa_prompt, resolve_planning_template
 
@@ -92,7 +100,9 @@ class PlanningConfig:
 
     ``template``: a built-in template name or custom text (see :mod:`wam_diff2_ros.core.prompts`);
     ``system``: a system turn, None for none (the trained model uses none). Detection and VQA use
-    ``decode`` with their own ``max_new_tokens``.
+    ``decode`` with their own ``max_new_tokens``. ``kinematics``: the plausibility gate's limits
+    (:class:`~wam_diff2_ros.core.parsing.KinematicLimits`); plans also get the first-waypoint rule with
+    the observation's speed.
     """
 
     template: str = "navsim"
@@ -102,6 +112,7 @@ class PlanningConfig:
     waypoint_dt_s: float = 0.5
     max_abs_coord_m: float = 100.0
     max_step_m: float = 20.0
+    kinematics: KinematicLimits = DEFAULT_KINEMATIC_LIMITS
     detection_categories: tuple[str, ...] = DEFAULT_DETECTION_CATEGORIES
     detection_max_new_tokens: int = 512
     vqa_max_new_tokens: int = 128
@@ -233,6 +244,8 @@ class InferencePipeline:
             dt=self.config.waypoint_dt_s,
             max_abs_coord_m=self.config.max_abs_coord_m,
             max_step_m=self.config.max_step_m,
+            kinematics=self.config.kinematics,
+            current_speed_mps=math.hypot(*observation.velocity),
         )
         reason = parsed.reason
         if not parsed.valid and not getattr(generation, "finished", True):

@@ -14,7 +14,10 @@
   rate over the last plans, per-stage timing of the last plan, end-to-end latency;
 * detection: as planning, for detection (OK "off" when disabled).
 
-:class:`KeyedThrottle` limits repeated log lines per key (input + reason).
+:class:`KeyedThrottle` limits repeated log lines per key: the *kind* of problem (input and rule, numbers
+and object reprs removed: :func:`~wam_diff2_ros.core.observation.problem_kind`), so one problem whose
+numbers change every cycle ("newest image is 24354 ms old") is logged once per period, with its current
+numbers.
 """
 
 from __future__ import annotations
@@ -35,10 +38,12 @@ OK, WARN, ERROR = DiagnosticStatus.OK, DiagnosticStatus.WARN, DiagnosticStatus.E
 
 
 class KeyedThrottle:
-    """``allow(key, now_ns)`` is True at most once per ``period_s`` for each key."""
+    """``allow(key, now_ns)`` is True at most once per ``period_s`` for each key (keys: kinds of problems;
+    at most ``max_keys`` are remembered, the oldest forgotten first)."""
 
-    def __init__(self, period_s: float) -> None:
+    def __init__(self, period_s: float, max_keys: int = 256) -> None:
         self.period_ns = round(period_s * NS_PER_S)
+        self.max_keys = max_keys
         self._last: dict[str, int] = {}
         self._lock = threading.Lock()
 
@@ -48,8 +53,15 @@ class KeyedThrottle:
             last = self._last.get(key)
             if last is not None and 0 <= now_ns - last < self.period_ns:
                 return False
+            self._last.pop(key, None)
             self._last[key] = now_ns
+            while len(self._last) > self.max_keys:
+                del self._last[next(iter(self._last))]
             return True
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._last)
 
 
 @dataclass
@@ -139,6 +151,12 @@ class NodeHealth:
         with self._lock:
             self._invalid.append(not valid)
             self._plan.done(valid, reason, timing, now_ns, stamp_ns)
+
+    def plan_withheld(self, reason: str, timing: StageTiming, now_ns: int, stamp_ns: int) -> None:
+        """A plan was made but not published (stale, or no transform into planning.frame_id): WARN with
+        ``reason``; not counted as an invalid answer."""
+        with self._lock:
+            self._plan.withheld(reason, timing, stamp_ns)
 
     def plan_error(self, message: str, now_ns: int) -> None:
         """The engine raised while planning."""
@@ -243,6 +261,7 @@ class _StageHealth:
         self.valid = 0
         self.invalid = 0
         self.blocked_cycles = 0
+        self.withheld_count = 0
         self.errors = 0
         self.count = 0
 
@@ -260,6 +279,11 @@ class _StageHealth:
             self.invalid += 1
             self.level, self.message = WARN, f"invalid model answer: {reason}"
 
+    def withheld(self, reason: str, timing: StageTiming, stamp_ns: int) -> None:
+        self.timing, self.last_stamp_ns = timing, stamp_ns
+        self.withheld_count += 1
+        self.level, self.message = WARN, reason
+
     def error(self, message: str, now_ns: int) -> None:
         self.errors += 1
         self.level, self.message = ERROR, f"inference failed: {message}"
@@ -272,6 +296,7 @@ class _StageHealth:
             _kv("valid", self.valid),
             _kv("invalid", self.invalid),
             _kv("blocked_cycles", self.blocked_cycles),
+            _kv("withheld", self.withheld_count),
             _kv("errors", self.errors),
             *extra,
             _kv("preprocess_ms", f"{t.preprocess_ms:.1f}"),

@@ -30,8 +30,11 @@ Topics (private, remappable; ``<n>`` = camera index in ``cameras.names``):
 ``~/input/odometry``                    ``nav_msgs/Odometry`` (twist in the child frame)
 ``~/input/acceleration``                ``geometry_msgs/AccelWithCovarianceStamped`` (optional)
 ``~/input/question``                    ``std_msgs/String`` (VQA)
-``~/output/path``                       ``nav_msgs/Path``
-``~/output/trajectory``                 ``wam_diff2_ros/PlannedTrajectory``
+``~/output/path``                       ``nav_msgs/Path`` in ``planning.frame_id`` (base_link)
+``~/output/trajectory``                 ``wam_diff2_ros/PlannedTrajectory`` (same frame)
+``~/output/path_fixed``                 ``nav_msgs/Path`` in the odometry's frame (odom/map): the plan
+                                        transformed by the ego pose at the image stamp
+``~/output/trajectory_fixed``           ``wam_diff2_ros/PlannedTrajectory`` in the odometry's frame
 ``~/output/markers``                    ``visualization_msgs/MarkerArray`` (path and detections)
 ``~/output/detections``                 ``wam_diff2_ros/DetectionArray``
 ``~/output/detections_2d``              ``vision_msgs/Detection2DArray`` (where vision_msgs is installed)
@@ -66,7 +69,7 @@ from sensor_msgs.msg import CameraInfo, CompressedImage, Image
 from std_msgs.msg import String
 from visualization_msgs.msg import MarkerArray
 
-from wam_diff2_ros.core.observation import InputProblem
+from wam_diff2_ros.core.observation import InputProblem, clean_reason, problem_kind
 from wam_diff2_ros.core.planning import EngineLike, release_device_cache
 
 from . import qos
@@ -84,9 +87,10 @@ SWITCH_INTERVAL_S = 0.001
 def load_engine(config: NodeConfig) -> EngineLike:
     """The default engine factory: :meth:`wam_diff2_ros.core.engine.Engine.load` with ``model.*``."""
     from wam_diff2_ros.core.engine import Engine
+    from wam_diff2_ros.demo import resolve_model
 
     return Engine.load(
-        config.model_path,
+        resolve_model(config.model_path),
         device=config.device,
         dtype=config.dtype,
         min_pixels=config.min_pixels,
@@ -128,7 +132,7 @@ class WamDiff2Node(LifecycleNode):
         self._plan_due = False
         self._detect_due = False
         self._questions: deque[str] = deque(maxlen=10)
-        self._last_diagnostic_message = ""
+        self._last_problem_kinds: tuple[str, ...] = ()
         self._diagnostics_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self._diag_timer = self.create_timer(1.0, self._publish_diagnostics, callback_group=self._diag_group)
         self._autostart_timer = None
@@ -173,11 +177,13 @@ class WamDiff2Node(LifecycleNode):
             self.get_logger().debug(f"diagnostics not published: {exc}")
 
     def _report_problems(self, where: str, problems: Sequence[InputProblem]) -> None:
-        message = "; ".join(str(p) for p in problems)
-        for problem in problems:
-            self._warn_throttled(f"{where}:{problem}", f"no {where}: {problem}")
-        if message != self._last_diagnostic_message:
-            self._last_diagnostic_message = message
+        # Keyed by kind (input + reason without numbers): one WARN per kind per diagnostics.warn_throttle_s,
+        # and /diagnostics is published at once only when the kinds change (numbers update on the timer).
+        kinds = tuple(f"{where}: {p.kind}" for p in problems)
+        for kind, problem in zip(kinds, problems, strict=True):
+            self._warn_throttled(kind, f"no {where}: {problem}")
+        if kinds != self._last_problem_kinds:
+            self._last_problem_kinds = kinds
             self._publish_diagnostics()
 
     # ---- lifecycle
@@ -281,6 +287,7 @@ class WamDiff2Node(LifecycleNode):
         out = qos.output_qos()
         pubs = {
             "path": self.create_publisher(Path, "~/output/path", out),
+            "path_fixed": self.create_publisher(Path, "~/output/path_fixed", out),
             "markers": self.create_publisher(MarkerArray, "~/output/markers", out),
             "answer": self.create_publisher(String, "~/output/answer", out),
         }
@@ -289,6 +296,9 @@ class WamDiff2Node(LifecycleNode):
         runtime = self._runtime
         if runtime is not None and runtime.msgs is not None:
             pubs["trajectory"] = self.create_publisher(runtime.msgs.PlannedTrajectory, "~/output/trajectory", out)
+            pubs["trajectory_fixed"] = self.create_publisher(
+                runtime.msgs.PlannedTrajectory, "~/output/trajectory_fixed", out
+            )
             pubs["detections"] = self.create_publisher(runtime.msgs.DetectionArray, "~/output/detections", out)
         if runtime is not None and runtime.vision_msgs is not None:
             pubs["detections_2d"] = self.create_publisher(
@@ -437,7 +447,7 @@ class WamDiff2Node(LifecycleNode):
             self._health.input_ok(name)
             return
         self._health.input_dropped(problem.input, problem.reason, self.now_ns())
-        key = f"drop:{problem.input}:{problem.reason}"
+        key = f"drop: {problem.kind}"
         if self._throttle.allow(key, time.monotonic_ns()):
             self.get_logger().warning(f"dropped a message on {problem.input}: {problem.reason}")
             self._publish_diagnostics()
@@ -554,7 +564,7 @@ class WamDiff2Node(LifecycleNode):
         try:
             step()
         except Exception as exc:  # model/engine failure: report, keep going
-            message = f"{type(exc).__name__}: {exc}"
+            message = clean_reason(f"{type(exc).__name__}: {exc}")
             now = self.now_ns()
             if what == "detection":
                 self._health.detection_error(message, now)
@@ -562,7 +572,8 @@ class WamDiff2Node(LifecycleNode):
                 self._health.plan_error(message, now)
             else:
                 self._publish("answer", String(data=f"[no answer: {message}]"))
-            self.get_logger().error(f"{what} failed: {message}", throttle_duration_sec=5.0)
+            if self._throttle.allow(f"error: {what}: {problem_kind(message)}", time.monotonic_ns()):
+                self.get_logger().error(f"{what} failed: {message}")
             self._publish_diagnostics()
 
     def _publishing(self, epoch: int) -> bool:
@@ -589,11 +600,24 @@ class WamDiff2Node(LifecycleNode):
             return
         result = cycle.result
         self._publish("path", cycle.path)
+        self._publish("path_fixed", cycle.path_fixed)
         self._publish("trajectory", cycle.trajectory)
+        self._publish("trajectory_fixed", cycle.trajectory_fixed)
         self._publish("markers", cycle.markers)
         self._publish("debug_image", cycle.debug_image)
-        self._health.plan_done(result.valid, result.reason, result.timing, now, result.stamp_ns)
-        self._last_diagnostic_message = ""
+        self._last_problem_kinds = ()
+        withheld = result.reason if cycle.stale else ""
+        if not withheld and result.valid and cycle.path is None:
+            withheld = cycle.frame_problem  # planning.frame_id cannot be served
+        if withheld:
+            self._health.plan_withheld(withheld, result.timing, now, result.stamp_ns)
+            self._warn_throttled(f"withheld: {problem_kind(withheld)}", f"no path published: {withheld}")
+            self._publish_diagnostics()
+            return
+        note = cycle.frame_problem if result.valid else result.reason
+        self._health.plan_done(result.valid, note, result.timing, now, result.stamp_ns)
+        if result.valid and cycle.frame_problem:
+            self._warn_throttled(f"frame: {problem_kind(cycle.frame_problem)}", cycle.frame_problem)
         if result.valid:
             self.get_logger().info(
                 f"plan {len(result.waypoints)} waypoints, command {result.observation.command.value}; "
@@ -602,7 +626,7 @@ class WamDiff2Node(LifecycleNode):
             )
         else:
             self._warn_throttled(
-                f"invalid:{result.reason}",
+                f"invalid: {problem_kind(result.reason)}",
                 f"invalid model answer, no path published: {result.reason}; {result.timing.summary()}",
             )
             self._publish_diagnostics()

@@ -1,9 +1,12 @@
 """Results of the core pipeline → output messages (plain functions, no node needed).
 
-* :func:`plan_path` → ``nav_msgs/Path`` in ``frame_id`` (base_link): header stamp = the front image
+* :func:`plan_path` → ``nav_msgs/Path`` in base_link: header stamp = the front image
   stamp (never now()); pose ``i`` stamped ``stamp + t_i`` with ``t_i = dt·(i+1)`` (0.5 s steps), z = 0,
-  orientation = the parsed yaw (from consecutive points);
-* :func:`plan_trajectory` → this package's ``PlannedTrajectory`` (also for invalid answers);
+  orientation = the parsed yaw (from consecutive points). With an ``EgoPose`` (the ego at the image
+  stamp in the odometry's frame) the same plan in that frame: each waypoint transformed by the pose,
+  z = the ego's z, header frame = the pose's frame;
+* :func:`plan_trajectory` → this package's ``PlannedTrajectory`` (also for invalid answers; with a pose,
+  the points in the pose's frame);
 * :func:`plan_markers` → ``MarkerArray``: ns ``wam_diff2/path`` id 0 (LINE_STRIP from the ego origin
   through the waypoints) and ns ``wam_diff2/waypoints`` ids 0..n-1 (spheres), lifetime ≈ one period;
   an invalid plan gives DELETE markers with the same ns/ids, so no old path lingers;
@@ -26,7 +29,9 @@ from nav_msgs.msg import Path
 from std_msgs.msg import ColorRGBA, String
 from visualization_msgs.msg import Marker, MarkerArray
 
+from wam_diff2_ros.core.frames import EgoPose, transform_waypoints
 from wam_diff2_ros.core.observation import NS_PER_S
+from wam_diff2_ros.core.parsing import Waypoint
 from wam_diff2_ros.core.planning import AnswerResult, DetectionResult, PlanResult, StageTiming
 
 from .conversions import ns_to_duration, ns_to_stamp
@@ -69,30 +74,39 @@ def yaw_to_quaternion(yaw: float) -> Quaternion:
     return Quaternion(x=0.0, y=0.0, z=math.sin(yaw / 2.0), w=math.cos(yaw / 2.0))
 
 
-def _pose(x: float, y: float, yaw: float) -> Pose:
+def _pose(x: float, y: float, yaw: float, z: float = 0.0) -> Pose:
     pose = Pose()
-    pose.position.x, pose.position.y, pose.position.z = float(x), float(y), 0.0
+    pose.position.x, pose.position.y, pose.position.z = float(x), float(y), float(z)
     pose.orientation = yaw_to_quaternion(yaw)
     return pose
+
+
+def _placed(result: PlanResult, frame_id: str, pose: EgoPose | None) -> tuple[str, tuple[Waypoint, ...], float]:
+    """Frame, waypoints and z of a plan: as answered (base_link), or moved by ``pose`` into its frame."""
+    if pose is None:
+        return frame_id, result.waypoints, 0.0
+    return pose.frame_id, transform_waypoints(result.waypoints, pose), pose.z
 
 
 def _offset_ns(seconds: float) -> int:
     return round(seconds * NS_PER_S)
 
 
-def plan_path(result: PlanResult, frame_id: str) -> Path:
-    """The waypoints of a valid plan as ``nav_msgs/Path`` (raises ``ValueError`` for an invalid one)."""
+def plan_path(result: PlanResult, frame_id: str = "base_link", pose: EgoPose | None = None) -> Path:
+    """The waypoints of a valid plan as ``nav_msgs/Path`` in ``frame_id`` (base_link), or with ``pose`` in
+    ``pose.frame_id`` (raises ``ValueError`` for an invalid plan)."""
     if not result.valid:
         raise ValueError(f"an invalid plan has no path ({result.reason})")
+    frame_id, waypoints, z = _placed(result, frame_id, pose)
     path = Path()
     path.header.stamp = ns_to_stamp(result.stamp_ns)
     path.header.frame_id = frame_id
-    for waypoint in result.waypoints:
-        pose = PoseStamped()
-        pose.header.stamp = ns_to_stamp(result.stamp_ns + _offset_ns(waypoint.t))
-        pose.header.frame_id = frame_id
-        pose.pose = _pose(waypoint.x, waypoint.y, waypoint.yaw)
-        path.poses.append(pose)
+    for waypoint in waypoints:
+        stamped = PoseStamped()
+        stamped.header.stamp = ns_to_stamp(result.stamp_ns + _offset_ns(waypoint.t))
+        stamped.header.frame_id = frame_id
+        stamped.pose = _pose(waypoint.x, waypoint.y, waypoint.yaw, z)
+        path.poses.append(stamped)
     return path
 
 
@@ -109,17 +123,19 @@ def timing_msg(timing: StageTiming, msgs: Any) -> Any:
     )
 
 
-def plan_trajectory(result: PlanResult, frame_id: str, msgs: Any) -> Any:
+def plan_trajectory(result: PlanResult, frame_id: str, msgs: Any, pose: EgoPose | None = None) -> Any:
     """``PlannedTrajectory``: waypoints with time_from_start, validity and reason, raw text, prompt, the
-    telemetry written into the prompt, per-stage timing and denoising steps per block."""
+    telemetry written into the prompt, per-stage timing and denoising steps per block; with ``pose`` the
+    points are in ``pose.frame_id`` (see :func:`plan_path`)."""
+    frame_id, placed, z = _placed(result, frame_id, pose)
     trajectory = msgs.PlannedTrajectory()
     trajectory.header.stamp = ns_to_stamp(result.stamp_ns)
     trajectory.header.frame_id = frame_id
     previous = (0.0, 0.0, 0.0)
-    for waypoint in result.waypoints:
+    for waypoint, moved in zip(result.waypoints, placed, strict=True):
         point = msgs.TrajectoryPoint()
         point.time_from_start = ns_to_duration(_offset_ns(waypoint.t))
-        point.pose = _pose(waypoint.x, waypoint.y, waypoint.yaw)
+        point.pose = _pose(moved.x, moved.y, moved.yaw, z)
         dt = waypoint.t - previous[2]
         distance = math.hypot(waypoint.x - previous[0], waypoint.y - previous[1])
         point.longitudinal_velocity_mps = float(distance / dt) if dt > 0 else 0.0
@@ -166,10 +182,15 @@ def _delete(ns: str, marker_id: int, frame_id: str, stamp_ns: int) -> Marker:
     return marker
 
 
-def plan_markers(result: PlanResult, frame_id: str, lifetime_s: float, num_waypoints: int) -> MarkerArray:
-    """Path line strip + waypoint spheres for a valid plan; DELETE markers for the same ids otherwise."""
+def plan_markers(
+    result: PlanResult, frame_id: str, lifetime_s: float, num_waypoints: int, pose: EgoPose | None = None
+) -> MarkerArray:
+    """Path line strip (from the ego) + waypoint spheres for a valid plan, in ``frame_id`` or, with ``pose``,
+    in its frame; DELETE markers for the same ids otherwise."""
     markers = MarkerArray()
     stamp = result.stamp_ns
+    frame_id, waypoints, z = _placed(result, frame_id, pose)
+    origin = (pose.x, pose.y) if pose is not None else (0.0, 0.0)
     if not result.valid:
         markers.markers.append(_delete(PATH_NS, 0, frame_id, stamp))
         markers.markers.extend(_delete(WAYPOINTS_NS, i, frame_id, stamp) for i in range(num_waypoints))
@@ -179,13 +200,14 @@ def plan_markers(result: PlanResult, frame_id: str, lifetime_s: float, num_waypo
     line.action = Marker.ADD
     line.scale.x = 0.25
     line.color = _color(0.1, 0.9, 0.3, 0.9)
-    line.points = [Point(x=0.0, y=0.0, z=0.0)] + [Point(x=w.x, y=w.y, z=0.0) for w in result.waypoints]
+    line.points = [Point(x=origin[0], y=origin[1], z=z)] + [Point(x=w.x, y=w.y, z=z) for w in waypoints]
     markers.markers.append(line)
-    for index, waypoint in enumerate(result.waypoints):
+    for index, waypoint in enumerate(waypoints):
         sphere = _marker(WAYPOINTS_NS, index, frame_id, stamp, lifetime_s)
         sphere.type = Marker.SPHERE
         sphere.action = Marker.ADD
         sphere.pose.position.x, sphere.pose.position.y = float(waypoint.x), float(waypoint.y)
+        sphere.pose.position.z = float(z)
         sphere.scale.x = sphere.scale.y = sphere.scale.z = 0.5
         sphere.color = _color(1.0, 0.85, 0.1, 1.0)
         markers.markers.append(sphere)

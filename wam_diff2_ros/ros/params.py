@@ -17,7 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from wam_diff2_ros.core.decoding import REMASKING_STRATEGIES, DecodeConfig, DecodeConfigError
-from wam_diff2_ros.core.observation import ACCELERATION_SOURCES, AccelerationFilterConfig, SyncConfig
+from wam_diff2_ros.core.observation import (
+    ACCELERATION_SOURCES,
+    DEFAULT_COMMAND_MAX_AGE_S,
+    AccelerationFilterConfig,
+    SyncConfig,
+)
+from wam_diff2_ros.core.parsing import DEFAULT_KINEMATIC_LIMITS, KinematicLimits
 from wam_diff2_ros.core.planning import DEFAULT_DETECTION_CATEGORIES, PlanningConfig
 from wam_diff2_ros.core.processor import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS
 from wam_diff2_ros.core.prompts import (
@@ -26,6 +32,7 @@ from wam_diff2_ros.core.prompts import (
     parse_navigation_command,
     resolve_planning_template,
 )
+from wam_diff2_ros.demo.resolve import is_model_name
 
 DEFAULT_NODE_NAME = "wam_diff2"
 TRANSPORTS = ("raw", "compressed")
@@ -56,6 +63,25 @@ def _qos_specs(name: str, reliability: str, depth: int, durability: str = "volat
         ParameterSpec(
             f"qos.{name}.durability", durability, f"{name} subscription durability: volatile|transient_local"
         ),
+    ]
+
+
+_KINEMATICS_DESCRIPTIONS = {
+    "max_speed_mps": "plausibility gate: implied speed between waypoints at most this (m/s)",
+    "max_accel_mps2": "plausibility gate: implied longitudinal acceleration at most this (m/s²)",
+    "max_decel_mps2": "plausibility gate: implied braking at most this (m/s²)",
+    "max_lateral_accel_mps2": "plausibility gate: implied lateral acceleration at most this (m/s²)",
+    "min_turn_radius_m": "plausibility gate: implied turn radius at least this (m)",
+    "max_backward_m": "plausibility gate: motion against the direction of travel tolerated between waypoints (m)",
+    "allow_reverse": "plausibility gate: accept reversing (backward) plans",
+    "first_waypoint_tolerance_m": "plausibility gate: first waypoint within this of current speed × dt (m)",
+}
+
+
+def _kinematics_specs() -> list[ParameterSpec]:
+    return [
+        ParameterSpec(f"planning.kinematics.{name}", getattr(DEFAULT_KINEMATIC_LIMITS, name), description)
+        for name, description in _KINEMATICS_DESCRIPTIONS.items()
     ]
 
 
@@ -94,11 +120,22 @@ PARAMETER_SPECS: tuple[ParameterSpec, ...] = (
     ),
     ParameterSpec("cameras.fallback_hfov_deg", 70.0, "horizontal FOV of the pinhole used without CameraInfo"),
     ParameterSpec("planning.rate_hz", 2.0, "planning rate on the node clock; 0 = on each new front image"),
-    ParameterSpec("planning.frame_id", "base_link", "frame of the Path / trajectory / path markers"),
+    ParameterSpec(
+        "planning.frame_id",
+        "base_link",
+        "frame of ~/output/path, ~/output/trajectory and the path markers: base_link (vehicle frame), or the "
+        "odometry's header.frame_id (e.g. odom) for the plan transformed by the ego pose; never a relabel",
+    ),
+    ParameterSpec(
+        "planning.max_plan_age_s",
+        2.0,
+        "a plan older than this (node clock − image stamp) when ready is not published (valid=false, stale)",
+    ),
     ParameterSpec("planning.num_waypoints", 8, "waypoints the model answers with"),
     ParameterSpec("planning.waypoint_dt_s", 0.5, "time between waypoints (pose i at (i+1)·dt)"),
     ParameterSpec("planning.max_abs_coord_m", 100.0, "answers with a coordinate beyond this are invalid"),
     ParameterSpec("planning.max_step_m", 20.0, "answers with a step between waypoints longer than this are invalid"),
+    *_kinematics_specs(),
     ParameterSpec("sync.max_skew_ms", 50.0, "other cameras' stamps within this of the front image stamp"),
     ParameterSpec("sync.max_age_ms", 100.0, "odometry/acceleration stamps within this of the front image stamp"),
     ParameterSpec("sync.max_image_age_ms", 500.0, "front image at most this old on the node clock (sim time aware)"),
@@ -115,7 +152,11 @@ PARAMETER_SPECS: tuple[ParameterSpec, ...] = (
     ParameterSpec(
         "command.default", "", "command used without a (fresh) one: left|straight|right|unknown; '' = no plan"
     ),
-    ParameterSpec("command.max_age_s", 0.0, "a command older than this counts as missing; 0 = never expires"),
+    ParameterSpec(
+        "command.max_age_s",
+        DEFAULT_COMMAND_MAX_AGE_S,
+        "a command older than this counts as missing (3 s: a 1 Hz topic may lose 2); 0 = never expires",
+    ),
     ParameterSpec("detection.rate_hz", 0.0, "detection rate on the node clock; 0 = off"),
     ParameterSpec("detection.categories", list(DEFAULT_DETECTION_CATEGORIES), "categories asked for"),
     ParameterSpec("detection.camera", "", "camera to run detection on; '' = the front camera"),
@@ -178,6 +219,7 @@ class NodeConfig:
     fallback_hfov_deg: float
     rate_hz: float
     frame_id: str
+    max_plan_age_s: float
     sync: SyncConfig
     qos: Mapping[str, QosSettings]
     acceleration_filter: AccelerationFilterConfig
@@ -372,7 +414,7 @@ class _Reader:
         model_path = self.text("model.path").strip()
         if require_model and not model_path:
             self.fail("model.path", "is empty; set it to a checkpoint directory (-p model.path:=/path/to/ckpt)")
-        elif model_path and model_path != "demo" and not Path(model_path).expanduser().is_dir():
+        elif model_path and not is_model_name(model_path) and not Path(model_path).expanduser().is_dir():
             self.fail("model.path", f"{model_path!r} is not a directory")
         device = self.text("model.device").strip()
         base = device.split(":", 1)[0]
@@ -422,6 +464,20 @@ class _Reader:
         except ValueError as exc:
             self.fail("acceleration", str(exc))
 
+        kinematics = DEFAULT_KINEMATIC_LIMITS
+        try:
+            kinematics = KinematicLimits(
+                **{
+                    name: (
+                        self.boolean(f"planning.kinematics.{name}")
+                        if name == "allow_reverse"
+                        else self.number(f"planning.kinematics.{name}", minimum=0.0)
+                    )
+                    for name in _KINEMATICS_DESCRIPTIONS
+                }
+            )
+        except ValueError as exc:
+            self.fail("planning.kinematics", str(exc))
         planning = PlanningConfig()
         categories = tuple(c.strip() for c in self.strings("detection.categories"))
         try:
@@ -433,6 +489,7 @@ class _Reader:
                 waypoint_dt_s=self.number("planning.waypoint_dt_s", positive=True),
                 max_abs_coord_m=self.number("planning.max_abs_coord_m", positive=True),
                 max_step_m=self.number("planning.max_step_m", positive=True),
+                kinematics=kinematics,
                 detection_categories=categories,
                 detection_max_new_tokens=self.integer("detection.max_new_tokens", 1),
                 vqa_max_new_tokens=self.integer("vqa.max_new_tokens", 1),
@@ -473,6 +530,7 @@ class _Reader:
             fallback_hfov_deg=self.number("cameras.fallback_hfov_deg", positive=True),
             rate_hz=rate_hz,
             frame_id=frame_id or "base_link",
+            max_plan_age_s=self.number("planning.max_plan_age_s", positive=True),
             sync=sync,
             qos=self._qos(),
             acceleration_filter=acceleration_filter,

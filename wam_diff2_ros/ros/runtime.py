@@ -15,14 +15,25 @@ output-message path:
 
 Timing: ``end_to_end_ms`` is ``clock() − image stamp`` when the output is built, with the clock given
 to the constructor (the node clock; a replay passes its bag clock).
+
+Frames: ``path`` / ``trajectory`` / ``markers`` are in ``planning.frame_id``: base_link as answered, or
+the odometry's frame (then transformed by the ego pose at the image stamp, never relabelled); ``path_fixed``
+/ ``trajectory_fixed`` are always in the odometry's frame (``header.frame_id`` of ``nav_msgs/Odometry``).
+
+Age gate: when a plan is ready and ``clock() − image stamp`` exceeds ``planning.max_plan_age_s``, the
+result becomes invalid ("stale plan: ... s old ...", ``PlanCycle.stale``): no Path, trajectories with
+``valid=false``. A replay's clock is the bag time of the instant, which stands still while the model
+decodes, so there a plan is stale only when its image already was.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from wam_diff2_ros.core.frames import EgoPose, ego_pose
+from wam_diff2_ros.core.image_headers import compressed_header_problem
 from wam_diff2_ros.core.observation import NS_PER_MS, InputError, InputProblem, ObservationBuffer
 from wam_diff2_ros.core.planning import (
     AnswerResult,
@@ -45,11 +56,15 @@ class PlanCycle:
     result: PlanResult | None = None
     problems: tuple[InputProblem, ...] = ()
     idle: bool = False
-    path: Any = None  # nav_msgs/Path, only for a valid plan
+    path: Any = None  # nav_msgs/Path in planning.frame_id, only for a valid, fresh plan
     trajectory: Any = None  # PlannedTrajectory (None without the package's messages)
     markers: Any = None  # MarkerArray
     debug_image: Any = None  # sensor_msgs/Image
     end_to_end_ms: float = 0.0
+    path_fixed: Any = None  # nav_msgs/Path in the odometry's frame (valid, fresh plan with an ego pose)
+    trajectory_fixed: Any = None  # PlannedTrajectory in the odometry's frame
+    stale: bool = False  # the age gate made the plan invalid
+    frame_problem: str = ""  # why the plan could not be put into planning.frame_id / the fixed frame
 
 
 @dataclass
@@ -116,12 +131,18 @@ class PlannerRuntime:
         )
 
     def on_compressed_image(self, index: int, msg: Any, receive_ns: int) -> InputProblem | None:
-        """A ``sensor_msgs/CompressedImage`` of camera ``index`` (decoded when used)."""
+        """A ``sensor_msgs/CompressedImage`` of camera ``index``: headers checked now (corrupt or truncated
+        data is reported at arrival, :mod:`~wam_diff2_ros.core.image_headers`), pixels decoded when used."""
         frame_id = self.config.cameras[index].frame_id
-        return self._guard(
-            self.image_input_name(index),
-            lambda: self.buffer.add_image(index, conversions.compressed_image_sample(msg, receive_ns, frame_id)),
-        )
+
+        def store() -> None:
+            if "compresseddepth" not in str(msg.format).lower():  # refused with its own reason
+                problem = compressed_header_problem(msg.data, conversions.MAX_IMAGE_PIXELS)
+                if problem is not None:
+                    raise InputError(problem)
+            self.buffer.add_image(index, conversions.compressed_image_sample(msg, receive_ns, frame_id))
+
+        return self._guard(self.image_input_name(index), store)
 
     def on_camera_info(self, index: int, msg: Any, receive_ns: int) -> InputProblem | None:
         """A ``sensor_msgs/CameraInfo`` of camera ``index``."""
@@ -131,8 +152,13 @@ class PlannerRuntime:
         )
 
     def on_odometry(self, msg: Any, receive_ns: int) -> InputProblem | None:
-        """A ``nav_msgs/Odometry``."""
-        return self._guard("odometry", lambda: self.buffer.add_odometry(conversions.odometry_sample(msg, receive_ns)))
+        """A ``nav_msgs/Odometry`` (twist for the prompt, pose for the fixed-frame plan)."""
+
+        def store() -> None:
+            sample = conversions.odometry_sample(msg, receive_ns)
+            self.buffer.add_odometry(replace(sample, pose=odometry_pose(msg)))
+
+        return self._guard("odometry", store)
 
     def on_acceleration(self, msg: Any, receive_ns: int) -> InputProblem | None:
         """A ``geometry_msgs/AccelWithCovarianceStamped``."""
@@ -175,19 +201,49 @@ class PlannerRuntime:
             return PlanCycle(problems=(InputProblem(self.image_input_name(0), str(exc)),))
         end_to_end = self._end_to_end_ms(result.stamp_ns)
         result = _with_end_to_end(result, end_to_end)
+        cycle = PlanCycle(end_to_end_ms=end_to_end)
+        age_s, limit_s = end_to_end / 1000.0, self.config.max_plan_age_s
+        if result.valid and age_s > limit_s:
+            cycle.stale = True
+            reason = f"stale plan: {age_s:.2f} s old when ready (planning.max_plan_age_s {limit_s:g} s)"
+            result = replace(result, valid=False, waypoints=(), reason=reason)
+        cycle.result = result
         self.latest_plan = result
-        frame = self.config.frame_id
-        cycle = PlanCycle(result=result, end_to_end_ms=end_to_end)
-        if result.valid:
-            cycle.path = outputs.plan_path(result, frame)
-        if self.msgs is not None:
-            cycle.trajectory = outputs.plan_trajectory(result, frame, self.msgs)
-        cycle.markers = outputs.plan_markers(
-            result, frame, self.config.marker_lifetime_s, self.config.planning.num_waypoints
-        )
+        self._plan_messages(cycle, result)
         if self.config.debug_image if debug_image is None else debug_image:
             cycle.debug_image = self._debug_image(result.observation.front, plan=result)
         return cycle
+
+    def _plan_messages(self, cycle: PlanCycle, result: PlanResult) -> None:
+        """Path, trajectories and markers of ``result`` in planning.frame_id and in the odometry's frame."""
+        config = self.config
+        pose = result.observation.ego_pose
+        fixed = result
+        if pose is None:
+            cycle.frame_problem = f"no fixed-frame plan: {result.observation.ego_pose_problem or 'no ego pose'}"
+            fixed = _invalid(result, cycle.frame_problem)
+        main, main_pose = result, None
+        if config.frame_id != BASE_FRAME:
+            if pose is not None and pose.frame_id == config.frame_id:
+                main_pose = pose
+            else:
+                found = f"odometry in {pose.frame_id!r}" if pose is not None else "no ego pose"
+                cycle.frame_problem = (
+                    f"planning.frame_id is {config.frame_id!r} but there is {found}: no plan on ~/output/path"
+                )
+                main = _invalid(result, cycle.frame_problem)
+        main_frame = main_pose.frame_id if main_pose is not None else BASE_FRAME
+        if main.valid:
+            cycle.path = outputs.plan_path(main, BASE_FRAME, main_pose)
+        if fixed.valid and pose is not None:
+            cycle.path_fixed = outputs.plan_path(fixed, BASE_FRAME, pose)
+        if self.msgs is not None:
+            cycle.trajectory = outputs.plan_trajectory(main, main_frame, self.msgs, main_pose)
+            fixed_frame = pose.frame_id if pose is not None else ""
+            cycle.trajectory_fixed = outputs.plan_trajectory(fixed, fixed_frame, self.msgs, pose)
+        cycle.markers = outputs.plan_markers(
+            main, main_frame, config.marker_lifetime_s, config.planning.num_waypoints, main_pose
+        )
 
     def detect(self, now_ns: int, debug_image: bool | None = None) -> DetectionCycle:
         """Detect on the latest frame of the detection camera (engine errors propagate)."""
@@ -261,7 +317,31 @@ class PlannerRuntime:
         return conversions.rgb_to_image_msg(rgb, frame.stamp_ns, frame.frame_id)
 
 
-def _with_end_to_end(result: PlanResult, end_to_end_ms: float) -> PlanResult:
-    from dataclasses import replace
+BASE_FRAME = "base_link"
 
+
+def _with_end_to_end(result: PlanResult, end_to_end_ms: float) -> PlanResult:
     return replace(result, timing=result.timing.with_end_to_end(end_to_end_ms))
+
+
+def _invalid(result: PlanResult, reason: str) -> PlanResult:
+    """``result`` as an invalid plan (keeps an earlier reason)."""
+    if not result.valid:
+        return result
+    return replace(result, valid=False, waypoints=(), reason=reason)
+
+
+def odometry_pose(msg: Any) -> EgoPose | None:
+    """The ego pose of a ``nav_msgs/Odometry`` in its ``header.frame_id`` (None when unusable)."""
+    pose = msg.pose.pose
+    p, q = pose.position, pose.orientation
+    return ego_pose(
+        str(msg.header.frame_id),
+        float(p.x),
+        float(p.y),
+        float(p.z),
+        float(q.x),
+        float(q.y),
+        float(q.z),
+        float(q.w),
+    )

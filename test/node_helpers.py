@@ -3,7 +3,7 @@ it, a sensor feeder for DDS tests and message collectors.
 
 Run as a script it is ``wam_diff2_node`` with :class:`ScriptedEngine` instead of the real model::
 
-    python test/test_node_support.py --ros-args --params-file config/wam_diff2.yaml -p model.path:=/tmp
+    python test/node_helpers.py --ros-args --params-file config/wam_diff2.yaml -p model.path:=/tmp
 
 The scripted engine answers like a trained model would, computed from the prompt, so the ROS layer can
 be tested with valid plans before a trained checkpoint exists:
@@ -18,6 +18,7 @@ be tested with valid plans before a trained checkpoint exists:
 
 from __future__ import annotations
 
+import math
 import re
 import sys
 import threading
@@ -124,14 +125,14 @@ def tiny_checkpoint() -> Path:
 
 def trained_checkpoint() -> Path | None:
     """A checkpoint that answers in the trained waypoint format: ``$WAM_DIFF2_TRAINED_CHECKPOINT`` or the
-    package's demo model (``wam_diff2_ros.core.demo``) when it is available; None otherwise."""
+    package's demo model (``wam_diff2_ros.demo.expand``) when it is available; None otherwise."""
     import os
 
     explicit = os.environ.get("WAM_DIFF2_TRAINED_CHECKPOINT")
     if explicit:
         return Path(explicit)
     try:
-        from wam_diff2_ros.core.demo import demo_checkpoint
+        from wam_diff2_ros.demo.expand import demo_checkpoint
     except ImportError:
         return None
     try:
@@ -206,7 +207,11 @@ class FeedSettings:
     zero_size: bool = False
     images: bool = True
     odometry: bool = True
+    commands: bool = True
     compressed_camera: bool = True  # also publish ~/input/image_1 as JPEG
+    pose: tuple[float, float, float] = (0.0, 0.0, 0.0)  # ego x, y (m), yaw (rad) in the odometry frame
+    odometry_frame: str = "odom"
+    frame: np.ndarray | None = None  # the image to publish (HxWx3 RGB) instead of the noise pattern
 
 
 class SensorFeeder:
@@ -237,6 +242,8 @@ class SensorFeeder:
 
     def _image(self) -> np.ndarray:
         s = self.settings
+        if s.frame is not None:
+            return np.ascontiguousarray(s.frame)
         return np.ascontiguousarray(self._pattern[: s.height, : s.width])
 
     def start(self) -> SensorFeeder:
@@ -266,12 +273,16 @@ class SensorFeeder:
                 if s.odometry:
                     msg = Odometry()
                     msg.header.stamp = (clock_now + _duration(s.odometry_offset_s)).to_msg()
-                    msg.header.frame_id, msg.child_frame_id = "odom", "base_link"
+                    msg.header.frame_id, msg.child_frame_id = s.odometry_frame, "base_link"
                     msg.twist.twist.linear.x = float("nan") if s.odometry_nan else s.vx
+                    x, y, yaw = s.pose
+                    msg.pose.pose.position.x, msg.pose.pose.position.y = float(x), float(y)
+                    msg.pose.pose.orientation.z, msg.pose.pose.orientation.w = math.sin(yaw / 2), math.cos(yaw / 2)
                     self.odometry_pub.publish(msg)
             if now_mono >= next_command:
                 next_command += 1.0 / s.command_rate_hz
-                self.command_pub.publish(String(data=s.command))
+                if s.commands:
+                    self.command_pub.publish(String(data=s.command))
             if now_mono >= next_image:
                 next_image += 1.0 / s.image_rate_hz
                 if s.images:
