@@ -60,20 +60,13 @@ def _percentile(values: Sequence[float], q: float) -> float:
 
 
 def load_engine(args: argparse.Namespace) -> Any:
-    """The engine to measure."""
-    import tempfile
-
+    """The engine to measure ('demo', 'tiny' or a checkpoint directory; --random-2b swaps in random 2B weights)."""
     from wam_diff2_ros.core.engine import Engine
+    from wam_diff2_ros.demo import resolve_model
 
-    if args.model_id == "tiny" or args.random_2b:
-        from wam_diff2_ros.demo.tiny import make_tiny_checkpoint
-
-        path = make_tiny_checkpoint(Path(tempfile.mkdtemp(prefix="wam_diff2_bench_")))
-    else:
-        from wam_diff2_ros.demo import resolve_model
-
-        path = resolve_model(args.model_id)
-    engine = Engine.load(path, device=args.device, dtype=args.dtype)
+    engine = Engine.load(
+        resolve_model("tiny" if args.random_2b else args.model_id), device=args.device, dtype=args.dtype
+    )
     if args.random_2b:
         engine = _swap_in_random_2b(engine, args.dtype, args.text_layers, args.vision_layers)
     return engine
