@@ -12,6 +12,10 @@ EOS; decoding stops when every sample is finished or the token budget is spent.
 Every tensor operation that affects which token wins (softmax in the model dtype, comparisons against the
 threshold in that dtype, `torch.topk` tie-breaking per sample, random draws) follows the reference, so the
 same weights give the same tokens. In bfloat16 the threshold 0.9 therefore acts as bf16(0.9) = 0.8984375.
+
+The rules (sampling, remasking, stopping) are defined here once; a runner executes the steps: `ExactRunner`
+(the reference's `DynamicCache`, full logits) or `fast_decoding.FastRunner` (static cache, masked-row logits
+on CPU, CUDA graphs), chosen by `DecodeConfig.engine`.
 """
 
 from __future__ import annotations
