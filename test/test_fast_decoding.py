@@ -263,7 +263,7 @@ def demo():
     from wam_diff2_ros.demo import resolve_model
 
     engine = Engine.load(resolve_model("demo"), device="cpu", dtype="float32")
-    frames = [noise_image(640, 360, seed) for seed in range(3)]
+    frames = [noise_image(640, 360, seed) for seed in range(2)]
     prompts = [build_planning_prompt(cmd, (v, 0.1), (0.2, -0.1)) for cmd, v in (("left", 3.0), ("straight", 9.5))]
     return engine, [build_messages(p, [f]) for p, f in zip(prompts, frames, strict=True)]
 
