@@ -63,6 +63,8 @@ setup(
         "tokenizers>=0.21",
         "numpy>=1.24",
         "pillow>=10.0",
+        # Image conversion (cv_bridge's OpenCV table); on a ROS install the system python3-opencv serves.
+        "opencv-python-headless>=4.8",
         "jinja2>=3.1",
         "pyyaml>=6.0",
         "tqdm>=4.66",
