@@ -526,7 +526,8 @@ class WamDiff2Node(LifecycleNode):
             self._detect_due = True
             self._wake.notify()
 
-    def _stop_worker(self, timeout_s: float = WORKER_JOIN_TIMEOUT_S) -> None:
+    def _stop_worker(self, timeout_s: float = WORKER_JOIN_TIMEOUT_S) -> bool:
+        """Stop the worker thread; False when it is still busy after ``timeout_s`` (it is abandoned)."""
         with self._state_lock:
             self._active = False
             self._epoch += 1
@@ -538,9 +539,11 @@ class WamDiff2Node(LifecycleNode):
             worker.join(timeout_s)
             if worker.is_alive():
                 self.get_logger().warning("the worker is still finishing an inference; its result is discarded")
+                return False
+        return True
 
-    def _stop_activity(self, join_timeout_s: float = WORKER_JOIN_TIMEOUT_S) -> None:
-        self._stop_worker(join_timeout_s)
+    def _stop_activity(self, join_timeout_s: float = WORKER_JOIN_TIMEOUT_S) -> bool:
+        stopped = self._stop_worker(join_timeout_s)
         with self._state_lock:
             self._cancel_work_timers()
         for subscription in self._input_subscriptions:
@@ -548,6 +551,7 @@ class WamDiff2Node(LifecycleNode):
         self._input_subscriptions = []
         if self._runtime is not None:
             self._runtime.reset()
+        return stopped
 
     def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
         """Stop subscriptions, timers and the worker; free cached device memory."""
@@ -584,9 +588,13 @@ class WamDiff2Node(LifecycleNode):
         return SUCCESS
 
     def _release_all(self, join_timeout_s: float = WORKER_JOIN_TIMEOUT_S) -> None:
-        self._stop_activity(join_timeout_s)
+        stopped = self._stop_activity(join_timeout_s)
         self._destroy_publishers()
-        self._close_engine()
+        if stopped:
+            self._close_engine()
+        else:  # the busy worker holds the engine: closing it would wait for the decode; the process exit frees it
+            self._engine = None
+            self._engine_path = None
         self._runtime = None
         self._config = None
 
