@@ -74,6 +74,8 @@ setup(
         "ros": ROS_WHEELS + ROSIDL_BUILD,
         "replay": ["rosbags>=0.10", "matplotlib>=3.8"],
         "test": ["pytest>=8", "hypothesis>=6.100", "ruff>=0.6", "pytest-timeout>=2.3"],
+        # colcon on the pip route (scripts/colcon_build.sh installs these when the venv has no colcon).
+        "colcon": ["colcon-common-extensions>=0.3", "ros-ament-cmake-pytest"],
     },
     entry_points={
         "console_scripts": [
