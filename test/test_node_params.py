@@ -239,3 +239,11 @@ def test_change_problems_blame_only_the_change() -> None:
     assert not any("rate_hz" in p for p in problems)
     assert needs_reconfigure("model.path") and needs_reconfigure("qos.image.depth")
     assert not needs_reconfigure("planning.rate_hz") and not needs_reconfigure("sync.max_age_ms")
+
+
+def test_every_default_declares_a_usable_type() -> None:
+    """The typed declaration takes each parameter's type from its default: an empty list would be declared a
+    byte array by rclpy (write [''] or [0.0] for "none"), and None has no type."""
+    for spec in PARAMETER_SPECS:
+        assert spec.default is not None, spec.name
+        assert not (isinstance(spec.default, (list, tuple)) and len(spec.default) == 0), spec.name
