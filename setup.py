@@ -48,7 +48,7 @@ setup(
     python_requires=">=3.10",
     packages=find_packages(include=[PACKAGE, f"{PACKAGE}.*"]),
     include_package_data=True,
-    package_data={PACKAGE: ["demo/*", "demo/**/*"]},
+    package_data={f"{PACKAGE}.demo": ["weights/*"]},
     data_files=[
         ("share/ament_index/resource_index/packages", ["resource/wam_diff2_ros"]),
         (f"share/{PACKAGE}", ["package.xml"]),
@@ -81,13 +81,13 @@ setup(
         "console_scripts": [
             "wam_diff2_node = wam_diff2_ros.ros.node:main",
             "wam-diff2-infer = wam_diff2_ros.tools.infer:main",
-            "wam-diff2-make-tiny = wam_diff2_ros.tools.make_tiny:main",
-            "wam-diff2-replay = wam_diff2_ros.tools.replay:main",
+            "wam-diff2-make-tiny = wam_diff2_ros.cli.make_tiny:main",
+            "wam-diff2-replay = wam_diff2_ros.cli.replay:main",
             "wam-diff2-bench = wam_diff2_ros.tools.bench:main",
             "wam-diff2-build-interfaces = wam_diff2_ros.tools.build_interfaces:main",
-            "wam-diff2-make-sample-bag = wam_diff2_ros.tools.sample_drive:main",
-            "wam-diff2-train-demo = wam_diff2_ros.tools.train_demo:main",
-            "wam-diff2-play = wam_diff2_ros.tools.play:main",
+            "wam-diff2-make-sample-bag = wam_diff2_ros.cli.make_sample_bag:main",
+            "wam-diff2-train-demo = wam_diff2_ros.cli.train_demo:main",
+            "wam-diff2-play = wam_diff2_ros.cli.play:main",
         ],
     },
 )

@@ -24,7 +24,7 @@ def _root() -> Path:
 
 def tiny_checkpoint(**kwargs: Any) -> Path:
     """A tiny checkpoint built once per test session for each distinct set of arguments (do not modify it)."""
-    from wam_diff2_ros.core.tiny import make_tiny_checkpoint
+    from wam_diff2_ros.demo.tiny import make_tiny_checkpoint
 
     key = tuple(sorted(kwargs.items()))
     if key not in _CACHE:

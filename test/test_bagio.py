@@ -27,7 +27,7 @@ from ruamel.yaml import YAML  # noqa: E402
 from std_msgs.msg import String  # noqa: E402
 from visualization_msgs.msg import Marker  # noqa: E402
 
-from wam_diff2_ros.tools.bagio import (  # noqa: E402
+from wam_diff2_ros.bag import (  # noqa: E402
     BagNotFoundError,
     BagReader,
     BagReadError,

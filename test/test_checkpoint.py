@@ -20,6 +20,8 @@ from wam_diff2_ros.core.checkpoint import (
 )
 from wam_diff2_ros.core.model import qwen3vl_config, wam_diff2_2b_config
 
+pytestmark = pytest.mark.core
+
 
 def test_2b_architecture_has_the_published_parameter_count():
     from transformers import Qwen3VLForConditionalGeneration

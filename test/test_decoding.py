@@ -32,6 +32,8 @@ from wam_diff2_ros.core.decoding import (
 from wam_diff2_ros.core.model import BlockDiffusionBackbone
 from wam_diff2_ros.core.prompts import build_messages
 
+pytestmark = pytest.mark.core
+
 VOCAB = 151936
 
 

@@ -18,13 +18,16 @@ import numpy as np
 import pytest
 import torch
 
-from wam_diff2_ros.core import demo
 from wam_diff2_ros.core.checkpoint import inspect_checkpoint
 from wam_diff2_ros.core.decoding import DecodeConfig, _block_causal_mask
 from wam_diff2_ros.core.engine import Engine
 from wam_diff2_ros.core.parsing import parse_waypoints
+from wam_diff2_ros.core.processor import preprocess_image
 from wam_diff2_ros.core.prompts import PLANNING_TEMPLATES, build_messages, build_planning_prompt
-from wam_diff2_ros.tools import train_demo
+from wam_diff2_ros.demo import expand as demo
+from wam_diff2_ros.demo import train as train_demo
+
+pytestmark = pytest.mark.core
 
 # Measured on held-out samples by the training script (metrics.json, valid_rate); see floor_from_metrics.
 METRICS = json.loads((demo.DEMO_DIR / demo.METRICS).read_text(encoding="utf-8"))
@@ -279,11 +282,10 @@ def test_an_optimisation_step_lowers_the_loss(engine, held_out):
     row_of[vocab] = np.arange(len(vocab))
     fresh = train_demo.build_training_model(train_demo.demo_config(), vocab, seed=0).train()
     pixels = [
-        train_demo.preprocess_image(img, processor.image_config, processor.min_pixels, processor.max_pixels)
-        for img in pool.images
+        preprocess_image(img, processor.image_config, processor.min_pixels, processor.max_pixels) for img in pool.images
     ]
-    examples = train_demo._tokenise(samples[:2], processor, pixels)
-    batch = train_demo._make_batch(examples, 1, np.random.default_rng(0), row_of)
+    examples = train_demo.tokenise(samples[:2], processor, pixels)
+    batch = train_demo.make_batch(examples, 1, np.random.default_rng(0), row_of)
     optimizer = torch.optim.AdamW(fresh.parameters(), lr=3e-3)
     before = train_demo.diffusion_loss(fresh, batch)
     assert abs(before.item() - np.log(train_demo.FULL_VOCAB_SIZE)) < 0.5  # untrained: ~uniform over 151936

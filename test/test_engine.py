@@ -12,6 +12,8 @@ from wam_diff2_ros.core.engine import Engine
 from wam_diff2_ros.core.processor import ImageInputError
 from wam_diff2_ros.core.prompts import build_planning_prompt
 
+pytestmark = pytest.mark.core
+
 
 @pytest.fixture(scope="module")
 def engine():

@@ -9,16 +9,15 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from wam_diff2_ros.tools.evaluation import (
+from wam_diff2_ros.replay.evaluation import (
     HORIZONS_S,
     EgoTrack,
     PlanRecord,
     compute_metrics,
-    plot_bev,
-    plot_error_over_horizon,
     to_jsonable,
     write_metrics_json,
 )
+from wam_diff2_ros.replay.plots import plot_bev, plot_error_over_horizon
 
 NS = 1_000_000_000
 T0 = 1_700_000_000 * NS

@@ -14,6 +14,8 @@ from PIL import Image
 
 from wam_diff2_ros.tools import infer
 
+pytestmark = pytest.mark.core
+
 PLANNING = (
     "Here is a front-view images from a driving vehicle: <image>\nThe navigation information is: right\n"
     "The current position is (0.00,0.00)\nThe current velocity is: (4.66,-0.09) and current accelerate is: "

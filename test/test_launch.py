@@ -297,7 +297,7 @@ def command_line(node_action: Any, tmp_path: Path) -> list[str]:
 @pytest.mark.ros
 def test_launched_node_comes_up_with_the_yaml(launch_module, tmp_path) -> None:
     pytest.importorskip("rclpy", reason="rclpy is not importable")
-    from test_node_support import Harness, NodeProcess, tiny_checkpoint, wait_until
+    from node_helpers import Harness, NodeProcess, tiny_checkpoint, wait_until
 
     ctx = context(
         launch_module,

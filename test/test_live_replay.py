@@ -26,7 +26,7 @@ import pytest
 
 pytest.importorskip("rclpy", reason="rclpy is not importable (install the PyPI ROS 2 wheels)")
 
-from test_node_support import (
+from node_helpers import (
     REPO_ROOT,
     Collector,
     Harness,
@@ -38,10 +38,10 @@ from test_node_support import (
     write_params,
 )
 
+from wam_diff2_ros.bag import BagReader, message_class
 from wam_diff2_ros.ros.conversions import stamp_to_ns
 from wam_diff2_ros.ros.outputs import own_messages
-from wam_diff2_ros.tools.bagio import BagReader, message_class
-from wam_diff2_ros.tools.sample_drive import SAMPLE_TOPICS, make_sample_bag
+from wam_diff2_ros.sim import SAMPLE_TOPICS, make_sample_bag
 
 pytestmark = pytest.mark.ros
 

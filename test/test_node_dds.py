@@ -1,5 +1,5 @@
 """The node over real DDS with the scripted test-double engine: a child process running ``wam_diff2_node``'s
-``main()`` (``test_node_support.py``), fed by this process at realistic rates (front camera raw 10 Hz,
+``main()`` (``node_helpers.py``), fed by this process at realistic rates (front camera raw 10 Hz,
 a second camera JPEG 10 Hz, odometry 50 Hz, command 2 Hz), answering valid plans.
 
 Covers: Path / trajectory / markers frames, stamps, 8 poses and times; invalid answers; stale odometry;
@@ -23,10 +23,7 @@ pytest.importorskip("rclpy", reason="rclpy is not importable (install the PyPI R
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from lifecycle_msgs.msg import Transition
 from nav_msgs.msg import Path as PathMsg
-from rclpy.qos import qos_profile_sensor_data
-from sensor_msgs.msg import Image
-from std_msgs.msg import String
-from test_node_support import (
+from node_helpers import (
     REPO_ROOT,
     Collector,
     FeedSettings,
@@ -40,6 +37,9 @@ from test_node_support import (
     wait_until,
     write_params,
 )
+from rclpy.qos import qos_profile_sensor_data
+from sensor_msgs.msg import Image
+from std_msgs.msg import String
 from visualization_msgs.msg import MarkerArray
 
 from wam_diff2_ros.ros.conversions import stamp_to_ns

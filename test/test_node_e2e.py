@@ -18,10 +18,7 @@ pytest.importorskip("rclpy", reason="rclpy is not importable (install the PyPI R
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from nav_msgs.msg import Path as PathMsg
-from rclpy.qos import qos_profile_sensor_data
-from sensor_msgs.msg import Image
-from std_msgs.msg import String
-from test_node_support import (
+from node_helpers import (
     REPO_ROOT,
     Collector,
     FeedSettings,
@@ -35,6 +32,9 @@ from test_node_support import (
     wait_until,
     write_params,
 )
+from rclpy.qos import qos_profile_sensor_data
+from sensor_msgs.msg import Image
+from std_msgs.msg import String
 
 from wam_diff2_ros.ros.conversions import stamp_to_ns
 from wam_diff2_ros.ros.outputs import own_messages

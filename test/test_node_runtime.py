@@ -12,10 +12,10 @@ pytest.importorskip("rclpy", reason="rclpy is not importable (install the PyPI R
 
 from geometry_msgs.msg import AccelWithCovarianceStamped
 from nav_msgs.msg import Odometry
+from node_helpers import ScriptedEngine, jpeg_msg, rgb_image_msg, scripted_plan, tiny_checkpoint
 from PIL import Image as PILImage
 from sensor_msgs.msg import CameraInfo
 from std_msgs.msg import String
-from test_node_support import ScriptedEngine, jpeg_msg, rgb_image_msg, scripted_plan, tiny_checkpoint
 
 from wam_diff2_ros.core.observation import NS_PER_MS, InputProblem
 from wam_diff2_ros.core.planning import StageTiming

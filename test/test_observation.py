@@ -147,7 +147,7 @@ def test_centripetal_term_is_yaw_rate_times_speed() -> None:
 
 def test_derived_acceleration_matches_the_sample_drive_ground_truth() -> None:
     """The synthetic drive's odometry (speed, yaw rate) against its true longitudinal/lateral acceleration."""
-    from wam_diff2_ros.tools.sample_drive import simulate_drive
+    from wam_diff2_ros.sim import simulate_drive
 
     track = simulate_drive(25.0, seed=0)
     samples = [

@@ -19,6 +19,8 @@ from wam_diff2_ros.core.parsing import (
     parse_waypoints,
 )
 
+pytestmark = pytest.mark.core
+
 # The trained answer from the reference README.
 TRAINED_ANSWER = "2.26,-0.17,4.43,-0.70,6.52,-1.55,8.48,-2.64,10.28,-3.88,11.99,-5.25,13.76,-6.83,15.59,-8.59"
 TRAINED_POINTS = [

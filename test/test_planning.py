@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 import pytest
-from test_node_support import DETECTION_BOXES, ScriptedEngine, scripted_plan, tiny_checkpoint
+from node_helpers import DETECTION_BOXES, ScriptedEngine, scripted_plan, tiny_checkpoint
 
 from wam_diff2_ros.core.decoding import DecodeConfig
 from wam_diff2_ros.core.observation import CameraFrame, CameraIntrinsics, Observation

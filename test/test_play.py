@@ -14,16 +14,17 @@ from pathlib import Path
 
 import pytest
 
-from wam_diff2_ros.tools.play import Pacer, is_latched, main, parse_remaps
+from wam_diff2_ros.bag.play import Pacer, is_latched, parse_remaps
+from wam_diff2_ros.cli.play import main
 
 pytest.importorskip("rclpy", reason="rclpy is not importable (install the PyPI ROS 2 wheels)")
 
 from conftest import subprocess_env
-from test_node_support import Collector, Harness
+from node_helpers import Collector, Harness
 
+from wam_diff2_ros.bag import BagReader, TopicInfo
 from wam_diff2_ros.ros.conversions import stamp_to_ns
-from wam_diff2_ros.tools.bagio import BagReader, TopicInfo
-from wam_diff2_ros.tools.sample_drive import SAMPLE_TOPICS, make_sample_bag
+from wam_diff2_ros.sim import SAMPLE_TOPICS, make_sample_bag
 
 pytestmark = pytest.mark.ros
 

@@ -20,6 +20,8 @@ from wam_diff2_ros.core.processor import (
 )
 from wam_diff2_ros.core.prompts import build_messages, build_planning_prompt
 
+pytestmark = pytest.mark.core
+
 IMAGE_PAD_ID = 151655
 QWEN3_VL_2B = ImageProcessorConfig()  # patch 16, merge 2, processor limits 65536..16777216 pixels
 

@@ -18,6 +18,8 @@ from wam_diff2_ros.core.prompts import (
     split_prompt_with_images,
 )
 
+pytestmark = pytest.mark.core
+
 # The human turn of the trained sample in the reference README (design notes §4), written out by hand.
 TRAINED_NAVSIM_PROMPT = (
     "Here is a front-view images from a driving vehicle: <image>\n"

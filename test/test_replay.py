@@ -27,9 +27,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from core_helpers import tiny_checkpoint
 
-from wam_diff2_ros.tools import replay as replay_tool
-from wam_diff2_ros.tools.bagio import BagReader, BagWriter
-from wam_diff2_ros.tools.replay import (
+from wam_diff2_ros import replay as replay_tool
+from wam_diff2_ros.bag import BagReader, BagWriter
+from wam_diff2_ros.cli.replay import main
+from wam_diff2_ros.replay import (
     EXIT_BAG_DAMAGED,
     EXIT_FAILED,
     EXIT_NO_PLANS,
@@ -38,7 +39,6 @@ from wam_diff2_ros.tools.replay import (
     InstantSchedule,
     ReplayOptions,
     TopicRequest,
-    main,
     replay,
 )
 
@@ -232,7 +232,7 @@ def known_replay(bag: Path, out: Path, engine: Any | None = None, **kwargs: Any)
 
 @pytest.fixture(scope="module")
 def sample_bag(tmp_path_factory) -> Path:
-    from wam_diff2_ros.tools.sample_drive import make_sample_bag
+    from wam_diff2_ros.sim import make_sample_bag
 
     return make_sample_bag(tmp_path_factory.mktemp("sample") / "drive", seconds=4.0, width=320, height=180).path
 
@@ -387,7 +387,7 @@ def test_sqlite3_bag_gives_the_same_metrics(tmp_path: Path) -> None:
     from rosbags.rosbag2 import Writer
     from rosbags.rosbag2.enums import StoragePlugin
 
-    from wam_diff2_ros.tools.bagio import default_typestore
+    from wam_diff2_ros.bag import default_typestore
 
     mcap = write_drive_bag(tmp_path / "mcap", straight(4.0))
     db3 = tmp_path / "db3"
@@ -431,7 +431,7 @@ def test_window_and_max_plans(tmp_path: Path) -> None:
 
 
 def test_detection_is_replayed_with_detect(tmp_path: Path) -> None:
-    from test_node_support import ScriptedEngine
+    from node_helpers import ScriptedEngine
 
     bag = write_drive_bag(tmp_path / "bag", straight(4.0), seconds=3.0, image_times=[0.5, 1.0, 1.5, 2.0, 2.5])
     options = ReplayOptions(
@@ -527,7 +527,7 @@ def test_bad_topic_flags(tmp_path: Path, tiny: Path, capsys) -> None:
 
 
 def test_select_topics_follows_the_camera_info_convention() -> None:
-    from wam_diff2_ros.tools.bagio import TopicInfo
+    from wam_diff2_ros.bag import TopicInfo
 
     def info(name: str, msgtype: str) -> TopicInfo:
         return TopicInfo(name, msgtype, 10)
@@ -659,12 +659,9 @@ def test_bad_command_lines(tmp_path: Path, tiny: Path, capsys, monkeypatch) -> N
     def unavailable(*args: Any, **kwargs: Any) -> Path:
         raise RuntimeError("demo files are not shipped")
 
-    try:
-        import wam_diff2_ros.core.demo as demo
-    except ImportError:  # not in this checkout: the import failure gives the same error
-        demo = None
-    if demo is not None:
-        monkeypatch.setattr(demo, "demo_checkpoint", unavailable)
+    import wam_diff2_ros.demo.expand as demo
+
+    monkeypatch.setattr(demo, "demo_checkpoint", unavailable)
     fails([str(bag), "--out", out, "--model", "demo"], EXIT_FAILED, "demo model")
 
     (Path(out) / "predictions.jsonl").parent.mkdir(parents=True)
@@ -695,7 +692,7 @@ def test_topics_from_the_parameters_file(tmp_path: Path) -> None:
 
 
 def test_model_demo_uses_the_demo_checkpoint(tmp_path: Path, tiny: Path, monkeypatch) -> None:
-    import types
+    import wam_diff2_ros.demo.expand as demo
 
     demo_dir = tmp_path / "demo-0123456789ab"
     shutil.copytree(tiny, demo_dir)
@@ -703,9 +700,7 @@ def test_model_demo_uses_the_demo_checkpoint(tmp_path: Path, tiny: Path, monkeyp
     preprocessor = json.loads(config_path.read_text())
     preprocessor["size"] = {"longest_edge": 131072, "shortest_edge": 12544}
     config_path.write_text(json.dumps(preprocessor))
-    fake = types.ModuleType("wam_diff2_ros.core.demo")
-    fake.demo_checkpoint = lambda: demo_dir
-    monkeypatch.setitem(sys.modules, "wam_diff2_ros.core.demo", fake)
+    monkeypatch.setattr(demo, "demo_checkpoint", lambda: demo_dir)
     bag = write_drive_bag(tmp_path / "bag", straight(3.0), seconds=1.0, image_times=[0.5], size=(960, 540))
     out = tmp_path / "out"
     assert main([str(bag), "--out", str(out), "--model", "demo", *FAST, "--no-plots"]) == EXIT_OK
@@ -802,7 +797,7 @@ def test_interrupt_gate_holds_a_signal_until_the_instant_is_written() -> None:
     import signal
     import time
 
-    from wam_diff2_ros.tools.replay import InterruptGate
+    from wam_diff2_ros.replay import InterruptGate
 
     gate = InterruptGate()
     previous = gate.install()

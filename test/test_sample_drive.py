@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from wam_diff2_ros.tools import sample_drive as sd
-from wam_diff2_ros.tools.evaluation import EgoTrack, PlanRecord, compute_metrics
+from wam_diff2_ros import sim as sd
+from wam_diff2_ros.cli.make_sample_bag import main as make_sample_bag_main
+from wam_diff2_ros.replay.evaluation import EgoTrack, PlanRecord, compute_metrics
 
 NS = 1_000_000_000
 
@@ -155,7 +156,7 @@ def short_bag(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def short_bag_messages(short_bag):
-    from wam_diff2_ros.tools.bagio import BagReader
+    from wam_diff2_ros.bag import BagReader
 
     with BagReader(short_bag.path) as reader:
         return reader, list(reader.messages())
@@ -236,7 +237,7 @@ def test_bag_images_decode_to_the_right_size_and_camera_info_matches(short_bag_m
 def test_truncated_sample_bag_yields_a_prefix_then_raises(short_bag, short_bag_messages, tmp_path):
     import shutil
 
-    from wam_diff2_ros.tools.bagio import BagReader, BagReadError
+    from wam_diff2_ros.bag import BagReader, BagReadError
 
     _, full = short_bag_messages
     copy = tmp_path / "cut"
@@ -255,7 +256,7 @@ def test_truncated_sample_bag_yields_a_prefix_then_raises(short_bag, short_bag_m
 
 @pytest.mark.ros
 def test_raw_bag_carries_the_rendered_pixels(tmp_path):
-    from wam_diff2_ros.tools.bagio import BagReader
+    from wam_diff2_ros.bag import BagReader
 
     result = sd.make_sample_bag(tmp_path / "raw", seconds=0.5, seed=4, width=160, height=96, raw=True)
     with BagReader(result.path) as reader:
@@ -293,13 +294,13 @@ def test_odometry_from_the_bag_evaluates_a_perfect_plan_as_exact(short_bag_messa
 def test_cli_writes_a_bag_and_refuses_to_overwrite(tmp_path, capsys):
     out = tmp_path / "cli"
     args = [str(out), "--seconds", "1", "--seed", "5", "--width", "160", "--height", "96"]
-    assert sd.main(args) == 0
+    assert make_sample_bag_main(args) == 0
     printed = capsys.readouterr().out
     assert "MB" in printed and "/odom: 50 messages" in printed
-    assert sd.main(args) == 2
+    assert make_sample_bag_main(args) == 2
     assert "exists already" in capsys.readouterr().err
-    assert sd.main([*args, "--overwrite"]) == 0
-    assert sd.main([str(tmp_path / "x"), "--seconds", "-1"]) == 2
+    assert make_sample_bag_main([*args, "--overwrite"]) == 0
+    assert make_sample_bag_main([str(tmp_path / "x"), "--seconds", "-1"]) == 2
 
 
 @pytest.mark.ros

@@ -11,7 +11,9 @@ import pytest
 from core_helpers import tiny_checkpoint
 
 from wam_diff2_ros.core.checkpoint import inspect_checkpoint, load_processor
-from wam_diff2_ros.core.tiny import make_tiny_checkpoint
+from wam_diff2_ros.demo.tiny import make_tiny_checkpoint
+
+pytestmark = pytest.mark.core
 
 
 def _digest(path):
@@ -79,7 +81,7 @@ def test_sharded_tiny_checkpoint_has_an_index(tmp_path):
 def test_console_command(tmp_path):
     out = tmp_path / "cli"
     result = subprocess.run(
-        [sys.executable, "-m", "wam_diff2_ros.tools.make_tiny", str(out), "--seed", "3"],
+        [sys.executable, "-m", "wam_diff2_ros.cli.make_tiny", str(out), "--seed", "3"],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
@@ -87,6 +89,6 @@ def test_console_command(tmp_path):
         make_tiny_checkpoint(tmp_path / "lib", seed=3) / "model.safetensors"
     )
     again = subprocess.run(
-        [sys.executable, "-m", "wam_diff2_ros.tools.make_tiny", str(out)], capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "wam_diff2_ros.cli.make_tiny", str(out)], capture_output=True, text=True, timeout=60
     )
     assert again.returncode == 2 and "not empty" in again.stderr

@@ -91,12 +91,9 @@ class Engine:
     ) -> Engine:
         """Validate and load a checkpoint directory onto a device (`auto`, `cpu`, `cuda[:N]`, `npu[:N]`).
 
-        `checkpoint="demo"` is the package's trained demo model (expanded into the cache on first use).
+        A model name (`"demo"`, `"tiny"`) is resolved by the caller: `Engine.load(resolve_model("demo"))`
+        with :func:`wam_diff2_ros.demo.resolve_model`.
         """
-        if str(checkpoint) == "demo":
-            from .demo import demo_checkpoint
-
-            checkpoint = demo_checkpoint()
         info = inspect_checkpoint(checkpoint)
         torch_device = resolve_device(device)
         torch_dtype = resolve_dtype(dtype)

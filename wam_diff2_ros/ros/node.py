@@ -97,9 +97,10 @@ def _plain(value: Any) -> Any:
 def load_engine(config: NodeConfig) -> EngineLike:
     """The default engine factory: :meth:`wam_diff2_ros.core.engine.Engine.load` with ``model.*``."""
     from wam_diff2_ros.core.engine import Engine
+    from wam_diff2_ros.demo import resolve_model
 
     return Engine.load(
-        config.model_path,
+        resolve_model(config.model_path),
         device=config.device,
         dtype=config.dtype,
         min_pixels=config.min_pixels,

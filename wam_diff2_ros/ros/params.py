@@ -27,6 +27,7 @@ from wam_diff2_ros.core.prompts import (
     parse_navigation_command,
     resolve_planning_template,
 )
+from wam_diff2_ros.demo.resolve import is_model_name
 
 DEFAULT_NODE_NAME = "wam_diff2"
 TRANSPORTS = ("raw", "compressed")
@@ -472,7 +473,7 @@ class _Reader:
         model_path = self.text("model.path").strip()
         if require_model and not model_path:
             self.fail("model.path", "is empty; set it to a checkpoint directory (-p model.path:=/path/to/ckpt)")
-        elif model_path and model_path != "demo" and not Path(model_path).expanduser().is_dir():
+        elif model_path and not is_model_name(model_path) and not Path(model_path).expanduser().is_dir():
             self.fail("model.path", f"{model_path!r} is not a directory")
         device = self.text("model.device").strip()
         base = device.split(":", 1)[0]

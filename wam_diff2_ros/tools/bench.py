@@ -55,11 +55,13 @@ def load_engine(args: argparse.Namespace) -> Any:
     from wam_diff2_ros.core.engine import Engine
 
     if args.model_id == "tiny" or args.random_2b:
-        from wam_diff2_ros.core.tiny import make_tiny_checkpoint
+        from wam_diff2_ros.demo.tiny import make_tiny_checkpoint
 
         path = make_tiny_checkpoint(Path(tempfile.mkdtemp(prefix="wam_diff2_bench_")))
     else:
-        path = args.model_id
+        from wam_diff2_ros.demo import resolve_model
+
+        path = resolve_model(args.model_id)
     engine = Engine.load(path, device=args.device, dtype=args.dtype)
     if args.random_2b:
         engine = _swap_in_random_2b(engine, args.dtype)

@@ -430,10 +430,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from wam_diff2_ros.core.checkpoint import CheckpointError
     from wam_diff2_ros.core.engine import Engine
+    from wam_diff2_ros.demo import resolve_model
 
     try:
         engine = Engine.load(
-            args.model_id,
+            resolve_model(args.model_id),
             device=device_for(args.device, shard),
             dtype=args.dtype,
             min_pixels=args.min_pixels,

@@ -3,7 +3,7 @@ it, a sensor feeder for DDS tests and message collectors.
 
 Run as a script it is ``wam_diff2_node`` with :class:`ScriptedEngine` instead of the real model::
 
-    python test/test_node_support.py --ros-args --params-file config/wam_diff2.yaml -p model.path:=/tmp
+    python test/node_helpers.py --ros-args --params-file config/wam_diff2.yaml -p model.path:=/tmp
 
 The scripted engine answers like a trained model would, computed from the prompt, so the ROS layer can
 be tested with valid plans before a trained checkpoint exists:
@@ -124,14 +124,14 @@ def tiny_checkpoint() -> Path:
 
 def trained_checkpoint() -> Path | None:
     """A checkpoint that answers in the trained waypoint format: ``$WAM_DIFF2_TRAINED_CHECKPOINT`` or the
-    package's demo model (``wam_diff2_ros.core.demo``) when it is available; None otherwise."""
+    package's demo model (``wam_diff2_ros.demo.expand``) when it is available; None otherwise."""
     import os
 
     explicit = os.environ.get("WAM_DIFF2_TRAINED_CHECKPOINT")
     if explicit:
         return Path(explicit)
     try:
-        from wam_diff2_ros.core.demo import demo_checkpoint
+        from wam_diff2_ros.demo.expand import demo_checkpoint
     except ImportError:
         return None
     try:

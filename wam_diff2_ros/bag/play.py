@@ -1,4 +1,4 @@
-"""``wam-diff2-play``: publish a rosbag2 bag over DDS on its own timeline, optionally with ``/clock``.
+"""Publish a rosbag2 bag over DDS on its own timeline, optionally with ``/clock``.
 
 What ``ros2 bag play [--clock] [--rate R] [--loop] [--remap ...]`` does, for machines that have ROS 2 only from
 the PyPI wheels (``ros2 bag`` is not among them). Messages go out in receive-time order, each at
@@ -23,11 +23,10 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
+from wam_diff2_ros.bag import BagReader, BagReadError, TopicInfo, message_class
 from wam_diff2_ros.ros.dds import ensure_fastdds_profile
-from wam_diff2_ros.tools.bagio import BagError, BagReader, BagReadError, TopicInfo, message_class
 
 
 def parse_remaps(pairs: Sequence[str]) -> dict[str, str]:
@@ -91,83 +90,7 @@ def _time_msg(stamp_ns: int) -> Any:
     return Time(sec=stamp_ns // 1_000_000_000, nanosec=stamp_ns % 1_000_000_000)
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="wam-diff2-play",
-        description="Publish a rosbag2 bag (MCAP or sqlite3) over DDS on its timeline, like `ros2 bag play`.",
-    )
-    parser.add_argument("bag", help="bag folder, its metadata.yaml, or a .mcap / .db3 file")
-    parser.add_argument("--rate", type=float, default=1.0, help="playback speed factor (default 1.0)")
-    parser.add_argument("--clock", action="store_true", help="publish /clock with the bag's time (use_sim_time)")
-    parser.add_argument("--clock-hz", type=float, default=100.0, help="/clock rate between messages (default 100)")
-    parser.add_argument("--topics", nargs="+", default=None, help="play only these topics")
-    parser.add_argument("--remap", action="append", default=[], metavar="/FROM:=/TO", help="publish FROM as TO")
-    parser.add_argument("--start", type=float, default=0.0, help="skip the first S seconds of the bag")
-    parser.add_argument("--duration", type=float, default=None, help="play D seconds from --start")
-    parser.add_argument("--loop", action="store_true", help="play again from the start until interrupted")
-    parser.add_argument(
-        "--wait-for-subscribers",
-        type=float,
-        default=0.0,
-        metavar="SECONDS",
-        help="wait up to SECONDS for at least one subscriber on every played topic before starting",
-    )
-    parser.add_argument("--delay", type=float, default=0.5, help="seconds between creating publishers and playing")
-    parser.add_argument("--qos-depth", type=int, default=100, help="keep-last history of each publisher (default 100)")
-    parser.add_argument(
-        "--wait-for-all-acked",
-        type=float,
-        default=3500.0,
-        metavar="MS",
-        help="at the end, wait up to MS ms for reliable subscribers to acknowledge everything (default 3500; 0: off)",
-    )
-    parser.add_argument("--quiet", action="store_true", help="no progress lines")
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Console script ``wam-diff2-play``."""
-    args = _parser().parse_args(argv)
-    try:
-        remaps = parse_remaps(args.remap)
-        if not args.rate > 0:
-            raise ValueError(f"--rate must be > 0, got {args.rate}")
-        if not args.clock_hz > 0:
-            raise ValueError(f"--clock-hz must be > 0, got {args.clock_hz}")
-        if not args.wait_for_all_acked >= 0:
-            raise ValueError(f"--wait-for-all-acked must be >= 0, got {args.wait_for_all_acked}")
-        if args.qos_depth < 1:
-            raise ValueError(f"--qos-depth must be >= 1, got {args.qos_depth}")
-        if args.start < 0 or (args.duration is not None and args.duration <= 0):
-            raise ValueError("--start must be >= 0 and --duration > 0")
-        reader = BagReader(Path(args.bag))
-    except (ValueError, BagError, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-
-    with reader:
-        topics = dict(reader.topics)
-        if not topics and reader.damaged:
-            print(f"error: bag {reader.path} is damaged: {reader.damaged}; no topic is readable", file=sys.stderr)
-            return 3
-        if args.topics is not None:
-            unknown = sorted(set(args.topics) - set(topics))
-            if unknown:
-                print(
-                    f"error: not in the bag: {', '.join(unknown)} (it has {', '.join(sorted(topics))})", file=sys.stderr
-                )
-                return 2
-            topics = {name: topics[name] for name in args.topics}
-        playable = {name: info for name, info in topics.items() if message_class(info.msgtype) is not None}
-        for name in sorted(set(topics) - set(playable)):
-            print(f"warning: skipping {name}: type {topics[name].msgtype} is not importable", file=sys.stderr)
-        if not playable:
-            print("error: nothing to play (no topic with an importable message type)", file=sys.stderr)
-            return 2
-        return _play(reader, playable, remaps, args)
-
-
-def _play(reader: BagReader, topics: dict[str, TopicInfo], remaps: dict[str, str], args: argparse.Namespace) -> int:
+def play(reader: BagReader, topics: dict[str, TopicInfo], remaps: dict[str, str], args: argparse.Namespace) -> int:
     ensure_fastdds_profile()
     import rclpy
     import rclpy.context
@@ -261,7 +184,3 @@ def _wait_for_subscribers(node: Any, publishers: list[Any], timeout_s: float, st
         if all(p.get_subscription_count() > 0 for p in publishers):
             return
         stop.wait(0.05)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -12,7 +12,7 @@ whose future runs past the end of the track count for the shorter horizons only.
 invalid-plan rate, latency percentiles and the mean error per waypoint time. The dicts are
 JSON-ready: NaN never appears, missing values are ``None`` (``null``).
 
-Plots (matplotlib, Agg canvas, no display): :func:`plot_bev` and :func:`plot_error_over_horizon`.
+Plots: :mod:`wam_diff2_ros.replay.plots`.
 """
 
 from __future__ import annotations
@@ -33,16 +33,12 @@ _NS = 1_000_000_000
 _TIME_TOL_S = 1e-6
 
 
-# --------------------------------------------------------------------------------------------
-# Ground truth
-
-
 def _yaw_from_quaternion(q: Any) -> float:
     return math.atan2(2.0 * (q.w * q.z + q.x * q.y), 1.0 - 2.0 * (q.y * q.y + q.z * q.z))
 
 
 def _odometry_sample(sample: Any, index: int) -> tuple[int, float, float, float]:
-    if hasattr(sample, "msg") and hasattr(sample.msg, "pose"):  # a bagio.BagMessage
+    if hasattr(sample, "msg") and hasattr(sample.msg, "pose"):  # a bag.BagMessage
         sample = sample.msg
     if hasattr(sample, "header") and hasattr(sample, "pose"):
         stamp = int(sample.header.stamp.sec) * _NS + int(sample.header.stamp.nanosec)
@@ -185,7 +181,7 @@ class PlanRecord:
         )
 
 
-def _usable_waypoints(plan: PlanRecord, count: int) -> tuple[np.ndarray | None, str | None]:
+def usable_waypoints(plan: PlanRecord, count: int) -> tuple[np.ndarray | None, str | None]:
     """The plan's waypoints if it is valid and well formed, else None and the reason."""
     if not plan.valid:
         return None, "plan marked invalid"
@@ -241,7 +237,7 @@ def compute_metrics(
     instants = []
     no_ground_truth = 0
     for plan in plans:
-        waypoints, reason = _usable_waypoints(plan, len(horizons))
+        waypoints, reason = usable_waypoints(plan, len(horizons))
         record: dict[str, Any] = {"stamp_ns": plan.stamp_ns, "valid": waypoints is not None}
         if waypoints is None:
             invalid_reasons[reason or "invalid"] += 1
@@ -345,156 +341,4 @@ def write_metrics_json(metrics: Mapping[str, Any], path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(to_jsonable(metrics), indent=2, allow_nan=False) + "\n", encoding="utf-8")
-    return path
-
-
-# --------------------------------------------------------------------------------------------
-# Plots
-
-
-def _figure(width_in: float, height_in: float) -> Any:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(width_in, height_in), dpi=100)
-    FigureCanvasAgg(fig)
-    return fig
-
-
-def _pick(n: int, count: int) -> list[int]:
-    if n <= count:
-        return list(range(n))
-    return sorted({round(i * (n - 1) / (count - 1)) for i in range(count)}) if count > 1 else [0]
-
-
-def plot_bev(
-    predictions: Iterable[PlanRecord | Mapping[str, Any]],
-    track: EgoTrack,
-    path: str | Path,
-    *,
-    num_panels: int = 9,
-    horizons_s: Sequence[float] = HORIZONS_S,
-    title: str | None = None,
-) -> Path:
-    """Grid of bird's-eye views at evenly sampled instants: predicted vs actual future path.
-
-    Each panel is the ego frame at the plan's stamp: ego at the origin, x (forward) up, y (left)
-    to the left, equal aspect. Titles give the time, command, speed and errors. Writes a PNG.
-    """
-    if num_panels < 1:
-        raise ValueError("num_panels must be at least 1")
-    plans = [PlanRecord.coerce(p) for p in predictions]
-    plans = [p for p in plans if track.pose_at(p.stamp_ns) is not None]
-    if not plans:
-        raise ValueError("no prediction falls inside the ego track; nothing to plot")
-    chosen = [plans[i] for i in _pick(len(plans), num_panels)]
-    cols = math.ceil(math.sqrt(len(chosen)))
-    rows = math.ceil(len(chosen) / cols)
-    fig = _figure(3.6 * cols, 4.3 * rows + 0.6)
-    axes = fig.subplots(rows, cols, squeeze=False)
-    for ax in axes.ravel()[len(chosen) :]:
-        ax.set_visible(False)
-    for ax, plan in zip(axes.ravel(), chosen, strict=False):
-        truth = track.future_in_ego_frame(plan.stamp_ns, horizons_s)
-        waypoints, reason = _usable_waypoints(plan, len(horizons_s))
-        points = [np.zeros((1, 2))]
-        if truth is not None:
-            ok = np.isfinite(truth).all(axis=1)
-            actual = np.vstack([[0.0, 0.0], truth[ok]])
-            ax.plot(actual[:, 1], actual[:, 0], "-o", color="black", ms=3.5, lw=1.8, label="actual future")
-            points.append(actual)
-        if waypoints is not None:
-            pred = np.vstack([[0.0, 0.0], waypoints])
-            ax.plot(pred[:, 1], pred[:, 0], "-s", color="tab:orange", ms=3.5, lw=1.8, label="predicted")
-            points.append(pred)
-        ax.plot([0.0], [0.0], marker="^", color="tab:blue", ms=10, ls="none", label="ego (base_link)")
-        allp = np.vstack(points)
-        forward_hi = max(10.0, float(allp[:, 0].max()) + 3.0)
-        forward_lo = min(-3.0, float(allp[:, 0].min()) - 3.0)
-        lateral = max(6.0, float(np.abs(allp[:, 1]).max()) + 3.0, (forward_hi - forward_lo) / 2.4)
-        ax.set_xlim(lateral, -lateral)  # y (left) points to the left of the panel
-        ax.set_ylim(forward_lo, forward_hi)
-        ax.set_aspect("equal", adjustable="box")
-        ax.grid(True, lw=0.4, alpha=0.6)
-        ax.set_xlabel("y [m] (left +)", fontsize=8)
-        ax.set_ylabel("x [m] (forward +)", fontsize=8)
-        ax.tick_params(labelsize=7)
-        rel = (plan.stamp_ns - track.start_ns) / _NS
-        speed = plan.speed if plan.speed is not None else track.speed_at(plan.stamp_ns)
-        speed_text = f"{speed:.1f} m/s" if speed is not None else "? m/s"
-        lines = [f"t={rel:.1f} s (stamp {plan.stamp_ns / _NS:.2f})", f"cmd: {plan.command or '?'}, v={speed_text}"]
-        if waypoints is None:
-            lines.append(f"INVALID: {reason}")
-        elif truth is not None:
-            err = np.linalg.norm(waypoints - truth, axis=1)
-            ok = np.isfinite(err)
-            if ok.all():
-                lines.append(f"ADE {err.mean():.2f} m, FDE {err[-1]:.2f} m")
-            elif ok.any():
-                lines.append(f"ADE {err[ok].mean():.2f} m over {int(ok.sum())} pts (bag ends)")
-            else:
-                lines.append("no future in the bag")
-        ax.set_title("\n".join(lines), fontsize=8)
-    handles, labels = axes.ravel()[0].get_legend_handles_labels()
-    for ax in axes.ravel()[1 : len(chosen)]:
-        for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
-            if lab not in labels:
-                handles.append(h)
-                labels.append(lab)
-    fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=9)
-    fig.suptitle(title or "Predicted vs actual future (ego frame at plan time)", fontsize=11)
-    fig.tight_layout(rect=(0, 0.05, 1, 0.96))
-    return _save(fig, path)
-
-
-def plot_error_over_horizon(metrics: Mapping[str, Any], path: str | Path, *, title: str | None = None) -> Path:
-    """Mean L2 error per waypoint time (all instants and per command) from :func:`compute_metrics`."""
-    curve = metrics.get("error_curve")
-    if not curve:
-        raise ValueError("metrics has no 'error_curve' (use compute_metrics)")
-    fig = _figure(7.0, 4.5)
-    ax = fig.add_subplot(1, 1, 1)
-
-    def draw(points: Sequence[Mapping[str, Any]], label: str, **style: Any) -> None:
-        t = [p["t"] for p in points if p["mean_l2"] is not None]
-        e = [p["mean_l2"] for p in points if p["mean_l2"] is not None]
-        if t:
-            ax.plot(t, e, marker="o", label=label, **style)
-
-    draw(curve, f"all (n={metrics.get('num_valid', '?')})", color="black", lw=2.2)
-    for command, group in (metrics.get("by_command") or {}).items():
-        draw(group["error_curve"], f"{command} (n={group['count']})", lw=1.2, alpha=0.85)
-    for p in curve:
-        if p["mean_l2"] is not None:
-            ax.annotate(
-                f"{p['count']}",
-                (p["t"], p["mean_l2"]),
-                textcoords="offset points",
-                xytext=(0, 6),
-                ha="center",
-                fontsize=7,
-                color="dimgray",
-            )
-    ax.set_xlabel("time into the plan t [s]")
-    ax.set_ylabel("mean L2 error [m]")
-    ax.set_xlim(0, max(p["t"] for p in curve) + 0.25)
-    ax.set_ylim(bottom=0)
-    ax.grid(True, lw=0.4, alpha=0.6)
-    ax.legend(fontsize=8)
-    summary = []
-    for name in ("ade", "fde"):
-        if metrics.get(f"{name}_4s") is not None:
-            summary.append(f"{name.upper()}@4s {metrics[f'{name}_4s']:.2f} m")
-    if metrics.get("invalid_rate") is not None:
-        summary.append(f"invalid {100 * metrics['invalid_rate']:.0f}%")
-    heading = title or "Planning error over the horizon (labels: instants per point)"
-    ax.set_title(heading + ("\n" + ", ".join(summary) if summary else ""), fontsize=10)
-    fig.tight_layout()
-    return _save(fig, path)
-
-
-def _save(fig: Any, path: str | Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, format="png")
     return path

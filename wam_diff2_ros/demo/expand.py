@@ -1,7 +1,7 @@
 """The embedded demo model: compact trained weights shipped with the package, expanded on first use.
 
-`wam_diff2_ros/demo/` holds a tiny WAM-Diff2 model trained by `wam-diff2-train-demo` (see
-`wam_diff2_ros/tools/train_demo.py`) with the masked block-diffusion objective on synthetic NAVSIM-style
+`wam_diff2_ros/demo/weights/` holds a tiny WAM-Diff2 model trained by `wam-diff2-train-demo` (see
+`wam_diff2_ros/demo/train/`) with the masked block-diffusion objective on synthetic NAVSIM-style
 samples. It ships as compact weights: every tensor except the token embedding, plus only the embedding rows
 of the tokens that occur in training (all other rows of the real 151936-token vocabulary are exactly zero),
 stored in float16. `demo_checkpoint()` expands them into a complete real-format checkpoint directory
@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-DEMO_DIR = Path(__file__).resolve().parent.parent / "demo"
+DEMO_DIR = Path(__file__).resolve().parent / "weights"
 COMPACT_WEIGHTS = "demo_weights.safetensors"
 MANIFEST = "manifest.json"
 METRICS = "metrics.json"

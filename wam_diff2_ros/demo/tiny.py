@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from .model import SPECIAL_TOKEN_IDS, WAM_DIFF2_MODEL_TYPE, qwen3vl_config
+from wam_diff2_ros.core.model import SPECIAL_TOKEN_IDS, WAM_DIFF2_MODEL_TYPE, qwen3vl_config
 
 # A ChatML vision template that renders like Qwen3-VL-Instruct's for system/user/assistant turns made of
 # text and image items: images become <|vision_start|><|image_pad|><|vision_end|>, no default system turn.

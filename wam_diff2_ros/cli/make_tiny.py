@@ -38,7 +38,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.shards < 1:
         print("wam-diff2-make-tiny: error: --shards must be >= 1", file=sys.stderr)
         return 2
-    from wam_diff2_ros.core.tiny import make_tiny_checkpoint
+    from wam_diff2_ros.demo.tiny import make_tiny_checkpoint
 
     path = make_tiny_checkpoint(
         out,

@@ -1,0 +1,229 @@
+"""Recovery scanner for MCAP files ``rosbags`` cannot open (cut short while recording, overwritten tail, bad
+index): a forward scan of the data section that stops cleanly where the file is damaged.
+"""
+
+from __future__ import annotations
+
+import heapq
+import struct
+import zlib
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from wam_diff2_ros.bag.types import BagReadError
+
+MCAP_MAGIC = b"\x89MCAP0\r\n"
+
+
+@dataclass
+class _Chunk:
+    offset: int  # file offset of the chunk's records field
+    length: int  # bytes of the records field present in the file
+    declared: int  # bytes of the records field according to the record
+    compression: str
+    uncompressed_size: int
+    crc: int
+    start_ns: int
+
+
+@dataclass
+class McapScan:
+    """A forward scan of an MCAP file's data section that stops cleanly where the file is damaged."""
+
+    path: Path
+    size: int = 0
+    schemas: dict[int, str] = field(default_factory=dict)
+    channels: dict[int, tuple[str, str, bytes]] = field(default_factory=dict)  # id -> topic, type, meta
+    chunks: list[_Chunk] = field(default_factory=list)
+    loose: list[tuple[int, int, int, int]] = field(default_factory=list)  # stamp, channel, offset, len
+    counts: Counter[int] = field(default_factory=Counter)
+    problems: list[str] = field(default_factory=list)
+    reached: int = 0  # first byte that could not be used
+
+    def __post_init__(self) -> None:
+        self.size = self.path.stat().st_size
+        with self.path.open("rb") as bio:
+            if bio.read(8) != MCAP_MAGIC:
+                raise BagReadError(f"{self.path}: not an MCAP file (bad magic)")
+            self._scan(bio)
+
+    def _problem(self, offset: int, text: str) -> None:
+        self.problems.append(f"{text} at byte {offset} of {self.size}")
+
+    def _scan(self, bio: Any) -> None:
+        pos = 8
+        while True:
+            head = bio.read(9)
+            if len(head) == 0:
+                self.reached = pos
+                self._problem(pos, "file ends without MCAP footer (truncated)")
+                return
+            if len(head) < 9:
+                self.reached = pos
+                self._problem(pos, "truncated record header")
+                return
+            opcode, length = head[0], struct.unpack_from("<Q", head, 1)[0]
+            body_at = pos + 9
+            available = max(0, min(length, self.size - body_at))
+            if opcode == 0x06:
+                self._scan_chunk(bio, body_at, length, available)
+                if available < length:
+                    self.reached = body_at + available
+                    return
+            elif available < length:
+                self.reached = body_at + available
+                self._problem(pos, f"truncated record (opcode 0x{opcode:02x}, {length} bytes declared)")
+                return
+            elif opcode in (0x02, 0x0F):  # footer / data end: the data section is complete
+                self.reached = self.size
+                return
+            elif opcode in (0x03, 0x04):
+                self._meta_record(opcode, bio.read(length), pos)
+            elif opcode == 0x05:
+                rec = bio.read(min(length, 22))
+                if len(rec) == 22 and length >= 22:
+                    channel, stamp = struct.unpack_from("<H", rec)[0], struct.unpack_from("<Q", rec, 6)[0]
+                    self.loose.append((stamp, channel, body_at + 22, length - 22))
+                    self.counts[channel] += 1
+                else:
+                    self._problem(pos, "message record too short")
+            pos = body_at + length
+            bio.seek(pos)
+
+    def _meta_record(self, opcode: int, rec: bytes, at: int) -> None:
+        try:
+            if opcode == 0x03:
+                schema_id = struct.unpack_from("<H", rec)[0]
+                name, _ = _mcap_string(rec, 2)
+                self.schemas[schema_id] = name
+            else:
+                channel_id, schema_id = struct.unpack_from("<HH", rec)
+                topic, off = _mcap_string(rec, 4)
+                _, off = _mcap_string(rec, off)
+                (meta_len,) = struct.unpack_from("<I", rec, off)
+                meta = rec[off + 4 : off + 4 + meta_len]
+                self.channels[channel_id] = (topic, self.schemas.get(schema_id, ""), meta)
+        except (struct.error, UnicodeDecodeError, ValueError):
+            self._problem(at, "malformed schema/channel record")
+
+    def _scan_chunk(self, bio: Any, body_at: int, length: int, available: int) -> None:
+        head = bio.read(min(available, 32))
+        if len(head) < 32:
+            self._problem(body_at - 9, "truncated chunk header")
+            return
+        start_ns, _, usize, crc, clen = struct.unpack_from("<QQQII", head)
+        comp = bio.read(min(clen, max(0, available - 32))).decode("ascii", "replace")
+        rec_len_raw = bio.read(8)
+        if len(comp) < clen or len(rec_len_raw) < 8:
+            self._problem(body_at - 9, "truncated chunk header")
+            return
+        declared = struct.unpack("<Q", rec_len_raw)[0]
+        offset = body_at + 32 + clen + 8
+        present = max(0, min(declared, self.size - offset))
+        chunk = _Chunk(offset, present, declared, comp, usize, crc, start_ns)
+        if present < declared:
+            self._problem(body_at - 9, f"chunk cut short ({present} of {declared} bytes present)")
+        data = self._chunk_records(bio, chunk, body_at - 9)
+        if data is None:
+            return
+        self.chunks.append(chunk)
+        for opcode, start, end in _iter_records(data):
+            if opcode in (0x03, 0x04):
+                self._meta_record(opcode, data[start:end], body_at - 9)
+            elif opcode == 0x05 and end - start >= 22:
+                self.counts[struct.unpack_from("<H", data, start)[0]] += 1
+
+    def _chunk_records(self, bio: Any, chunk: _Chunk, at: int, report: bool = True) -> bytes | None:
+        """The (possibly partial) uncompressed records of ``chunk``; None if nothing is usable."""
+        bio.seek(chunk.offset)
+        raw = bio.read(chunk.length)
+        complete = chunk.length == chunk.declared
+        try:
+            if chunk.compression == "":
+                data = raw
+            elif chunk.compression == "zstd":
+                from backports import zstd  # rosbags' own dependency
+
+                data = zstd.ZstdDecompressor().decompress(raw)
+            elif chunk.compression == "lz4":
+                import lz4.frame
+
+                decompressor = lz4.frame.LZ4FrameDecompressor()
+                data = decompressor.decompress(raw)
+            else:
+                if report:
+                    self._problem(at, f"unsupported chunk compression {chunk.compression!r}")
+                return None
+        except Exception as exc:
+            if report:
+                self._problem(at, f"chunk does not decompress ({exc})")
+            return None
+        if complete and len(data) != chunk.uncompressed_size:
+            if report:
+                self._problem(at, "chunk size mismatch")
+            return None
+        if complete and chunk.crc and zlib.crc32(data) != chunk.crc:
+            if report:
+                self._problem(at, "chunk checksum mismatch")
+            return None
+        return data
+
+    def messages(self, wanted: set[int]) -> Iterator[tuple[int, int, bytes]]:
+        """``(stamp_ns, channel_id, payload)`` for the channels in ``wanted``, in time order."""
+        with self.path.open("rb") as bio:
+            sources: list[Iterator[tuple[int, int, int, bytes]]] = [
+                self._chunk_messages(bio, chunk, wanted, i) for i, chunk in enumerate(self.chunks)
+            ]
+            loose = sorted(x for x in self.loose if x[1] in wanted)
+            sources.append(self._loose_messages(bio, loose))
+            for stamp, order, channel, payload in heapq.merge(*sources):
+                if order >= 0:
+                    yield stamp, channel, payload
+
+    def _chunk_messages(
+        self, bio: Any, chunk: _Chunk, wanted: set[int], index: int
+    ) -> Iterator[tuple[int, int, int, bytes]]:
+        # A placeholder at the chunk's start time keeps the merge from decoding every chunk up front.
+        yield (chunk.start_ns, -1, 0, b"")
+        data = self._chunk_records(bio, chunk, 0, report=False)
+        if data is None:
+            return
+        found = []
+        for opcode, start, end in _iter_records(data):
+            if opcode == 0x05 and end - start >= 22:
+                channel = struct.unpack_from("<H", data, start)[0]
+                if channel in wanted:
+                    stamp = struct.unpack_from("<Q", data, start + 6)[0]
+                    found.append((stamp, index, channel, bytes(data[start + 22 : end])))
+        found.sort(key=lambda item: item[0])
+        yield from found
+
+    def _loose_messages(
+        self, bio: Any, loose: list[tuple[int, int, int, int]]
+    ) -> Iterator[tuple[int, int, int, bytes]]:
+        for stamp, channel, offset, length in loose:
+            bio.seek(offset)
+            yield (stamp, len(self.chunks), channel, bio.read(length))
+
+
+def _mcap_string(buf: bytes, offset: int) -> tuple[str, int]:
+    (size,) = struct.unpack_from("<I", buf, offset)
+    end = offset + 4 + size
+    if end > len(buf):
+        raise ValueError("string runs past the record")
+    return buf[offset + 4 : end].decode("utf-8"), end
+
+
+def _iter_records(data: bytes) -> Iterator[tuple[int, int, int]]:
+    """``(opcode, body_start, body_end)`` of each complete record in ``data``."""
+    pos, size = 0, len(data)
+    while pos + 9 <= size:
+        opcode, length = data[pos], struct.unpack_from("<Q", data, pos + 1)[0]
+        start = pos + 9
+        if start + length > size:
+            return
+        yield opcode, start, start + length
+        pos = start + length

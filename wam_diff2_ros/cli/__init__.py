@@ -1,0 +1,1 @@
+"""Console scripts: one thin file each (argparse -> one library call -> exit code)."""

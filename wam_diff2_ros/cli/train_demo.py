@@ -1,0 +1,118 @@
+"""``wam-diff2-train-demo``: train the demo model (:mod:`wam_diff2_ros.demo.train`) and write its files."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from wam_diff2_ros.demo import expand as demo_files
+from wam_diff2_ros.demo.train.config import TRAIN_DRIVE_SEEDS, ModelSizes
+from wam_diff2_ros.demo.train.loop import TrainSettings, log, train
+
+
+def print_report(metrics: dict[str, Any]) -> None:
+    """Print the measured quality (what README quotes)."""
+    q = metrics["held_out"]
+    log("held-out quality (real decoder, block 32, dynamic 0.9, 32 steps, CPU float32):")
+    log(f"  valid-answer rate {q['valid_rate']:.3f} on {q['samples']} samples")
+    log(
+        f"  ADE {q['ade_m']:.2f} m, FDE {q['fde_m']:.2f} m (median ADE {q['median_ade_m']:.2f} m)"
+        if q["ade_m"] is not None
+        else "  no valid answers"
+    )
+    log(f"  mean steps per block {q['mean_steps_per_block']:.2f}, blocks {q['mean_blocks']:.2f}")
+    log(
+        f"  latency mean {q['latency_mean_s']:.3f} s, p50 {q['latency_p50_s']:.3f} s, "
+        f"p90 {q['latency_p90_s']:.3f} s ({q['prompt_tokens']} prompt tokens)"
+    )
+    for b in q["path_length_by_speed"]:
+        log(
+            f"  speed {b['speed_m_s'][0]:.0f}-{b['speed_m_s'][1]:.0f} m/s: median path {b['median_length_m']:.2f} m "
+            f"(truth {b['median_gt_length_m']:.2f} m, n={b['count']})"
+        )
+    for command, entry in q["final_y_by_command"].items():
+        log(
+            f"  {command}: mean final y {entry['mean_final_y_m']:.2f} m "
+            f"(truth {entry['mean_gt_final_y_m']:.2f} m, n={entry['count']})"
+        )
+    log(f"  checks: {q['checks']}")
+    log(f"  sweeps: {metrics['sweeps']}")
+    log(
+        f"training {metrics['training_wall_s']:.0f} s, total {metrics['total_wall_s']:.0f} s; "
+        f"shipped {metrics['model']['shipped_bytes'] / 1e6:.2f} MB"
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``wam-diff2-train-demo [--out DIR] [--epochs N] ...``: train the demo model and write its files."""
+    defaults = TrainSettings()
+    parser = argparse.ArgumentParser(
+        prog="wam-diff2-train-demo",
+        description="Train the embedded demo model: a tiny WAM-Diff2 with masked block diffusion.",
+    )
+    parser.add_argument(
+        "--out", type=Path, default=demo_files.DEMO_DIR, help="output folder (default: the package's demo/weights/)"
+    )
+    parser.add_argument("--train-samples", type=int, default=defaults.train_samples)
+    parser.add_argument("--epochs", type=int, default=defaults.epochs)
+    parser.add_argument("--batch-size", type=int, default=defaults.batch_size)
+    parser.add_argument(
+        "--noisy-copies", type=int, default=defaults.noisy_copies, help="noisy response copies per sequence"
+    )
+    parser.add_argument("--lr", type=float, default=defaults.lr)
+    parser.add_argument("--eval-samples", type=int, default=defaults.eval_samples)
+    parser.add_argument(
+        "--frames-per-kind", type=int, default=defaults.frames_per_kind, help="turn / straight frames per drive"
+    )
+    parser.add_argument(
+        "--train-drives",
+        type=int,
+        default=defaults.train_drives,
+        help=f"drives rendered for training (<= {len(TRAIN_DRIVE_SEEDS)})",
+    )
+    parser.add_argument("--threads", type=int, default=defaults.threads)
+    parser.add_argument("--probe-every", type=int, default=defaults.probe_every, help="steps between decoder probes")
+    parser.add_argument("--text-hidden", type=int, default=defaults.sizes.text_hidden)
+    parser.add_argument("--text-layers", type=int, default=defaults.sizes.text_layers)
+    args = parser.parse_args(argv)
+    checks = [
+        (args.train_samples >= args.batch_size >= 1, "--train-samples must be >= --batch-size >= 1"),
+        (args.epochs >= 1, "--epochs must be >= 1"),
+        (args.noisy_copies >= 1, "--noisy-copies must be >= 1"),
+        (args.lr > 0, "--lr must be > 0"),
+        (args.eval_samples >= 1, "--eval-samples must be >= 1"),
+        (args.frames_per_kind >= 1, "--frames-per-kind must be >= 1"),
+        (1 <= args.train_drives <= len(TRAIN_DRIVE_SEEDS), f"--train-drives must be 1..{len(TRAIN_DRIVE_SEEDS)}"),
+        (args.threads >= 1, "--threads must be >= 1"),
+        (args.probe_every >= 0, "--probe-every must be >= 0"),
+        (args.text_hidden >= 32 and args.text_hidden % 32 == 0, "--text-hidden must be a multiple of 32"),
+        (args.text_layers >= 1, "--text-layers must be >= 1"),
+    ]
+    for ok, message in checks:
+        if not ok:
+            parser.error(message)
+    settings = TrainSettings(
+        train_samples=args.train_samples,
+        epochs=args.epochs,
+        batch_size=args.batch_size,
+        noisy_copies=args.noisy_copies,
+        lr=args.lr,
+        eval_samples=args.eval_samples,
+        frames_per_kind=args.frames_per_kind,
+        train_drives=args.train_drives,
+        threads=args.threads,
+        probe_every=args.probe_every,
+        sizes=ModelSizes(text_hidden=args.text_hidden, text_layers=args.text_layers),
+    )
+    command_line = shlex.join(["wam-diff2-train-demo", *(sys.argv[1:] if argv is None else argv)])
+    metrics = train(settings, args.out, command_line)
+    print_report(metrics)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

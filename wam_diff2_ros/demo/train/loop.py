@@ -1,0 +1,299 @@
+"""The training run (:func:`train`): settings, batches, optimisation, export of the demo files."""
+
+from __future__ import annotations
+
+import json
+import math
+import platform
+import shutil
+import statistics
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from wam_diff2_ros.core.decoding import DecodeConfig
+from wam_diff2_ros.core.processor import WamDiff2Processor, preprocess_image
+from wam_diff2_ros.demo import expand as demo_files
+from wam_diff2_ros.demo.train.config import (
+    BLOCK_SIZE,
+    DEMO_PREPROCESSOR_OVERRIDES,
+    FULL_VOCAB_SIZE,
+    HELD_OUT_DRIVE_SEEDS,
+    HELD_OUT_SEED,
+    TRAIN_DRIVE_SEEDS,
+    TRAIN_SEED,
+    ModelSizes,
+    demo_config,
+)
+from wam_diff2_ros.demo.train.data import DrivingSample, make_samples, render_image_pool
+from wam_diff2_ros.demo.train.evaluate import behaviour_sweeps, evaluate
+from wam_diff2_ros.demo.train.model import build_training_model, compact_weights
+from wam_diff2_ros.demo.train.objective import (
+    TrainingBatch,
+    TrainingExample,
+    build_batch,
+    diffusion_loss,
+    noise_response,
+)
+from wam_diff2_ros.demo.train.tokens import demo_processor, prompt_token_ids, response_token_ids, vocabulary
+
+
+@dataclass
+class TrainSettings:
+    """What a training run does (everything else follows from the seeds)."""
+
+    train_samples: int = 12000
+    epochs: int = 3
+    batch_size: int = 8
+    noisy_copies: int = 2
+    lr: float = 2e-3
+    warmup_steps: int = 100
+    weight_decay: float = 0.01
+    eval_samples: int = 200
+    frames_per_kind: int = 4
+    train_drives: int = len(TRAIN_DRIVE_SEEDS)
+    threads: int = 2
+    init_seed: int = 0
+    probe_every: int = 500  # steps between quick decoder probes (0: none)
+    probe_samples: int = 16
+    sizes: ModelSizes = field(default_factory=ModelSizes)
+
+
+def log(message: str) -> None:
+    print(message, flush=True)
+
+
+def tokenise(
+    samples: Sequence[DrivingSample], processor: WamDiff2Processor, pixels: Sequence[Any]
+) -> list[TrainingExample]:
+    examples = []
+    for sample in samples:
+        image = pixels[sample.image_index]
+        examples.append(
+            TrainingExample(
+                prompt_ids=prompt_token_ids(processor, sample.prompt, image.num_tokens),
+                response_ids=response_token_ids(processor, sample.answer),
+                pixel_values=image.pixel_values,
+                image_grid_thw=image.grid_thw,
+            )
+        )
+    return examples
+
+
+def make_batch(
+    examples: Sequence[TrainingExample], copies: int, rng: np.random.Generator, row_of: np.ndarray
+) -> TrainingBatch:
+    noisy, levels = [], []
+    for example in examples:
+        drawn = [noise_response(example.response_ids, rng) for _ in range(copies)]
+        noisy.append([tokens for tokens, _ in drawn])
+        levels.append([t for _, t in drawn])
+    return build_batch(examples, noisy, row_of, levels)
+
+
+def export_demo(
+    model: Any, vocab_ids: Sequence[int], config: dict[str, Any], out_dir: Path, training: dict[str, Any]
+) -> dict[str, Any]:
+    """Write the shipped files (compact weights + manifest) of a training model into `out_dir`."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    compact_path = out_dir / demo_files.COMPACT_WEIGHTS
+    demo_files.write_safetensors(compact_weights(model, vocab_ids), compact_path)
+    with tempfile.TemporaryDirectory(prefix="wam_diff2_expand_") as tmp:
+        expanded = Path(tmp) / "model.safetensors"
+        state = demo_files.expand_state(demo_files.read_safetensors(compact_path), FULL_VOCAB_SIZE)
+        demo_files.write_safetensors(state, expanded)
+        expanded_sha, expanded_bytes = demo_files.sha256_file(expanded), expanded.stat().st_size
+    trained = sum(p.numel() for p in model.parameters())
+    hidden = config["text_config"]["hidden_size"]
+    manifest = {
+        "format": demo_files.FORMAT_VERSION,
+        "description": "tiny WAM-Diff2 trained with masked block diffusion on synthetic NAVSIM-style samples",
+        "config": config,
+        "preprocessor_overrides": DEMO_PREPROCESSOR_OVERRIDES,
+        "vocab_size": FULL_VOCAB_SIZE,
+        "stored_vocab_rows": len(vocab_ids),
+        "stored_dtype": "float16",
+        "parameters": trained + (FULL_VOCAB_SIZE - len(vocab_ids)) * hidden,
+        "trained_parameters": trained,
+        "compact_sha256": demo_files.sha256_file(compact_path),
+        "compact_bytes": compact_path.stat().st_size,
+        "model_safetensors_sha256": expanded_sha,
+        "model_safetensors_bytes": expanded_bytes,
+        "training": training,
+    }
+    (out_dir / demo_files.MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    return manifest
+
+
+def load_engine(demo_dir: Path, cache_dir: Path) -> Any:
+    from wam_diff2_ros.core.engine import Engine
+
+    return Engine.load(demo_files.demo_checkpoint(cache_dir=cache_dir, demo_dir=demo_dir), "cpu", "float32")
+
+
+def train(settings: TrainSettings, out_dir: Path, command_line: str) -> dict[str, Any]:
+    """Train, write the shipped files into `out_dir`, evaluate them through the engine; returns the metrics."""
+    torch.set_num_threads(settings.threads)
+    torch.set_flush_denormal(True)
+    started = time.perf_counter()
+    config = demo_config(settings.sizes)
+    with tempfile.TemporaryDirectory(prefix="wam_diff2_demo_") as tmp:
+        work = Path(tmp)
+        processor = demo_processor(work / "processor")
+        log(f"rendering training images ({settings.train_drives} drives) and held-out images ...")
+        train_pool = render_image_pool(
+            TRAIN_DRIVE_SEEDS[: settings.train_drives], settings.frames_per_kind, seed=TRAIN_SEED
+        )
+        held_pool = render_image_pool(HELD_OUT_DRIVE_SEEDS, settings.frames_per_kind, seed=HELD_OUT_SEED)
+        train_pixels = [
+            preprocess_image(img, processor.image_config, processor.min_pixels, processor.max_pixels)
+            for img in train_pool.images
+        ]
+        held_pixels = [
+            preprocess_image(img, processor.image_config, processor.min_pixels, processor.max_pixels)
+            for img in held_pool.images
+        ]
+        train_samples = make_samples(settings.train_samples, TRAIN_SEED, train_pool.by_command)
+        held_samples = make_samples(max(settings.eval_samples, 64), HELD_OUT_SEED, held_pool.by_command)
+        train_examples = tokenise(train_samples, processor, train_pixels)
+        held_examples = tokenise(held_samples[:64], processor, held_pixels)
+        vocab_ids = vocabulary([e.prompt_ids + e.response_ids for e in train_examples + held_examples], processor)
+        row_of = np.full(FULL_VOCAB_SIZE, -1, dtype=np.int64)
+        row_of[np.asarray(vocab_ids)] = np.arange(len(vocab_ids))
+        response_blocks = [len(e.response_ids) // BLOCK_SIZE for e in train_examples]
+        prompt_lengths = [len(e.prompt_ids) for e in train_examples]
+        log(
+            f"{len(train_examples)} training / {len(held_samples)} held-out samples, {len(train_pool.images)} + "
+            f"{len(held_pool.images)} images, vocabulary {len(vocab_ids)} tokens, prompt "
+            f"{min(prompt_lengths)}-{max(prompt_lengths)} tokens, response blocks "
+            f"{min(response_blocks)}-{max(response_blocks)} ({time.perf_counter() - started:.0f} s)"
+        )
+
+        model = build_training_model(config, vocab_ids, settings.init_seed).train()
+        parameters = sum(p.numel() for p in model.parameters())
+        decay = [p for n, p in model.named_parameters() if p.ndim >= 2 and "embed" not in n]
+        no_decay = [p for n, p in model.named_parameters() if not (p.ndim >= 2 and "embed" not in n)]
+        optimizer = torch.optim.AdamW(
+            [{"params": decay, "weight_decay": settings.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+            lr=settings.lr,
+            betas=(0.9, 0.98),
+        )
+        steps_per_epoch = len(train_examples) // settings.batch_size
+        total_steps = steps_per_epoch * settings.epochs
+
+        def lr_at(step: int) -> float:
+            if step < settings.warmup_steps:
+                return settings.lr * (step + 1) / settings.warmup_steps
+            progress = (step - settings.warmup_steps) / max(1, total_steps - settings.warmup_steps)
+            return settings.lr * (0.05 + 0.95 * 0.5 * (1.0 + math.cos(math.pi * progress)))
+
+        def probe(label: str) -> dict[str, Any]:
+            """Validity and ADE of the current weights on a few held-out prompts, through the real engine."""
+            probe_dir = work / f"probe-{label}"
+            export_demo(model, vocab_ids, config, probe_dir, {"probe": label})
+            engine = load_engine(probe_dir, work / "probe-cache")
+            result = evaluate(engine, held_samples[: settings.probe_samples], held_pool.images)
+            engine.close()
+            shutil.rmtree(work / "probe-cache", ignore_errors=True)
+            shutil.rmtree(probe_dir, ignore_errors=True)
+            ade = "-" if result["ade_m"] is None else f"{result['ade_m']:.2f} m"
+            log(
+                f"  probe {label}: valid {result['valid_rate']:.2f}, ADE {ade}, "
+                f"steps/block {result['mean_steps_per_block']:.1f} on {result['samples']} held-out prompts"
+            )
+            return {"at": label, "valid_rate": result["valid_rate"], "ade_m": result["ade_m"]}
+
+        held_rng = np.random.default_rng(HELD_OUT_SEED + 100)
+        held_batches = [
+            make_batch(held_examples[i : i + settings.batch_size], settings.noisy_copies, held_rng, row_of)
+            for i in range(0, len(held_examples), settings.batch_size)
+        ]
+        rng = np.random.default_rng(TRAIN_SEED + 100)
+        epochs_log, probes = [], []
+        step = 0
+        train_started = time.perf_counter()
+        probe_seconds = 0.0
+        log(f"model: {parameters / 1e6:.2f} M trainable parameters; {total_steps} steps")
+        for epoch in range(settings.epochs):
+            order = rng.permutation(len(train_examples))
+            losses = []
+            for index in range(steps_per_epoch):
+                model.train()
+                chosen = [
+                    train_examples[k] for k in order[index * settings.batch_size : (index + 1) * settings.batch_size]
+                ]
+                batch = make_batch(chosen, settings.noisy_copies, rng, row_of)
+                for group in optimizer.param_groups:
+                    group["lr"] = lr_at(step)
+                loss = diffusion_loss(model, batch)
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                optimizer.step()
+                losses.append(loss.item())
+                step += 1
+                if step % 100 == 0:
+                    elapsed = time.perf_counter() - train_started - probe_seconds
+                    log(f"  step {step}/{total_steps} loss {statistics.fmean(losses[-100:]):.4f} ({elapsed:.0f} s)")
+                if settings.probe_every and step % settings.probe_every == 0 and step < total_steps:
+                    probe_started = time.perf_counter()
+                    model.eval()
+                    probes.append(probe(f"step {step}"))
+                    probe_seconds += time.perf_counter() - probe_started
+            model.eval()
+            with torch.no_grad():
+                held_loss = statistics.fmean(diffusion_loss(model, b).item() for b in held_batches)
+            entry = {
+                "epoch": epoch + 1,
+                "train_loss": statistics.fmean(losses),
+                "held_out_loss": held_loss,
+                "elapsed_s": round(time.perf_counter() - train_started - probe_seconds, 1),
+            }
+            epochs_log.append(entry)
+            log(
+                f"epoch {epoch + 1}: train loss {entry['train_loss']:.4f}, held-out loss {held_loss:.4f} "
+                f"({entry['elapsed_s']:.0f} s)"
+            )
+        train_seconds = time.perf_counter() - train_started - probe_seconds
+
+        training = {
+            "command": command_line,
+            "settings": asdict(settings),
+            "wall_s": round(train_seconds, 1),
+            "steps": total_steps,
+            "torch": torch.__version__,
+            "python": platform.python_version(),
+            "cpu_threads": settings.threads,
+        }
+        manifest = export_demo(model, vocab_ids, config, out_dir, training)
+        log(f"evaluating {settings.eval_samples} held-out samples through the engine ...")
+        engine = load_engine(out_dir, work / "cache")
+        quality = evaluate(engine, held_samples[: settings.eval_samples], held_pool.images)
+        sweeps = behaviour_sweeps(engine, held_pool)
+        engine.close()
+    metrics = {
+        "held_out": quality,
+        "sweeps": sweeps,
+        "epochs": epochs_log,
+        "probes": probes,
+        "training_wall_s": round(train_seconds, 1),
+        "total_wall_s": round(time.perf_counter() - started, 1),
+        "model": {
+            "parameters": manifest["parameters"],
+            "trained_parameters": parameters,
+            "sizes": asdict(settings.sizes),
+            "shipped_bytes": manifest["compact_bytes"],
+            "expanded_bytes": manifest["model_safetensors_bytes"],
+        },
+        "decode": asdict(DecodeConfig()),
+        "device": "cpu float32",
+        "cpu_threads": settings.threads,
+    }
+    (out_dir / demo_files.METRICS).write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
+    return metrics

@@ -1,0 +1,116 @@
+"""One JSON record per planning / detection instant (``predictions.jsonl``, ``detections.jsonl``)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from wam_diff2_ros.core.observation import NS_PER_S
+
+
+def _timing_dict(timing: Any, wall_ms: float) -> dict[str, float]:
+    return {
+        "preprocess_ms": timing.preprocess_ms,
+        "vision_ms": timing.vision_ms,
+        "prefill_ms": timing.prefill_ms,
+        "denoise_ms": timing.denoise_ms,
+        "commit_ms": timing.commit_ms,
+        "total_ms": timing.total_ms,
+        "end_to_end_ms": timing.end_to_end_ms,
+        "wall_ms": wall_ms,
+    }
+
+
+def plan_record(index: int, t_ns: int, bag_start_ns: int, cycle: Any, wall_ms: float) -> dict[str, Any]:
+    """One ``predictions.jsonl`` line for a non-idle planning instant."""
+    record: dict[str, Any] = {
+        "instant": index,
+        "t_ns": t_ns,
+        "t_s": round((t_ns - bag_start_ns) / NS_PER_S, 9),
+    }
+    result = cycle.result
+    if result is None:
+        record.update(
+            status="blocked",
+            stamp_ns=None,
+            valid=False,
+            reason="; ".join(str(p) for p in cycle.problems),
+            problems=[str(p) for p in cycle.problems],
+            waypoints=None,
+            timing={"wall_ms": wall_ms},
+        )
+        return record
+    obs = result.observation
+    record.update(
+        status="planned",
+        stamp_ns=result.stamp_ns,
+        valid=bool(result.valid),
+        reason=result.reason,
+        problems=[],
+        command=obs.command.value,
+        command_source=obs.command_source,
+        velocity=[float(obs.velocity[0]), float(obs.velocity[1])],
+        acceleration=[float(obs.acceleration[0]), float(obs.acceleration[1])],
+        acceleration_source=obs.acceleration_source,
+        odometry_stamp_ns=obs.odometry_stamp_ns,
+        image_stamps_ns=[f.stamp_ns for f in obs.frames],
+        prompt=result.prompt,
+        raw_text=result.raw_text,
+        waypoints=[[float(w.x), float(w.y)] for w in result.waypoints] if result.valid else None,
+        yaw=[float(w.yaw) for w in result.waypoints] if result.valid else None,
+        steps_per_block=list(result.steps_per_block),
+        finished=bool(result.finished),
+        model=result.model,
+        timing=_timing_dict(result.timing, wall_ms),
+    )
+    return record
+
+
+def error_record(index: int, t_ns: int, bag_start_ns: int, exc: BaseException, wall_ms: float) -> dict[str, Any]:
+    """A ``predictions.jsonl`` line for an instant where the engine raised."""
+    message = f"{type(exc).__name__}: {exc}"
+    return {
+        "instant": index,
+        "t_ns": t_ns,
+        "t_s": round((t_ns - bag_start_ns) / NS_PER_S, 9),
+        "status": "error",
+        "stamp_ns": None,
+        "valid": False,
+        "reason": f"engine error: {message}",
+        "problems": [f"engine error: {message}"],
+        "waypoints": None,
+        "timing": {"wall_ms": wall_ms},
+    }
+
+
+def detection_record(t_ns: int, bag_start_ns: int, cycle: Any, wall_ms: float) -> dict[str, Any]:
+    """One ``detections.jsonl`` line."""
+    record: dict[str, Any] = {"t_ns": t_ns, "t_s": round((t_ns - bag_start_ns) / NS_PER_S, 9)}
+    result = cycle.result
+    if result is None:
+        record.update(status="blocked", problems=[str(p) for p in cycle.problems], timing={"wall_ms": wall_ms})
+        return record
+    record.update(
+        status="detected",
+        stamp_ns=result.stamp_ns,
+        camera=result.camera,
+        width=result.width,
+        height=result.height,
+        detections=[
+            {"label": d.label, "box_px": [d.x_min, d.y_min, d.x_max, d.y_max], "score": d.score}
+            for d in result.detections
+        ],
+        skipped=result.skipped,
+        reason=result.reason,
+        prompt=result.prompt,
+        raw_text=result.raw_text,
+        timing=_timing_dict(result.timing.with_end_to_end(cycle.end_to_end_ms), wall_ms),
+    )
+    return record
+
+
+def json_line(record: Mapping[str, Any]) -> str:
+    from wam_diff2_ros.replay.evaluation import to_jsonable
+
+    return json.dumps(to_jsonable(record), ensure_ascii=False, allow_nan=False)

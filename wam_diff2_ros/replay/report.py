@@ -1,0 +1,272 @@
+"""The end of a replay: metrics against the bag's odometry, plots, ``metrics.json`` and ``summary.txt``."""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from wam_diff2_ros.core.observation import NS_PER_S
+from wam_diff2_ros.replay.errors import EXIT_BAG_DAMAGED, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NO_PLANS, EXIT_OK
+from wam_diff2_ros.replay.outputs import Outputs
+from wam_diff2_ros.replay.run import NoTrack, ReplayResult, Run
+from wam_diff2_ros.replay.settings import ReplayOptions, params_hash
+from wam_diff2_ros.replay.topics import BAG_DIR_NAME, TopicMap
+
+
+def _plan_records_for_metrics(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    rows = []
+    for r in records:
+        if r["status"] != "planned":
+            continue
+        vx, vy = r["velocity"]
+        rows.append(
+            {
+                "stamp_ns": r["stamp_ns"],
+                "valid": r["valid"],
+                "waypoints": r["waypoints"],
+                "latency_s": r["timing"]["total_ms"] / 1000.0,
+                "command": r["command"],
+                "speed": math.hypot(vx, vy),
+            }
+        )
+    return rows
+
+
+def finish(
+    run: Run,
+    options: ReplayOptions,
+    reader: Any,
+    config: Any,
+    topic_map: TopicMap,
+    engine: Any,
+    wall_start: float,
+    load_s: float,
+    outputs: Outputs,
+    exit_code: int,
+) -> ReplayResult:
+    from wam_diff2_ros.replay import evaluation
+    from wam_diff2_ros.replay import plots as plotting
+
+    out = options.out
+    notes: list[str] = []
+    track: Any = None
+    ground_truth: dict[str, Any] = {"source": topic_map.odometry, "samples": len(run.odometry)}
+    if topic_map.odometry is None:
+        ground_truth.update(available=False, reason="the bag has no odometry topic (or --odometry-topic none)")
+    else:
+        try:
+            track = evaluation.EgoTrack.from_odometry(run.odometry)
+            ground_truth.update(available=True, start_ns=track.start_ns, end_ns=track.end_ns)
+        except ValueError as exc:
+            ground_truth.update(available=False, reason=f"odometry on {topic_map.odometry} is unusable: {exc}")
+    if not ground_truth["available"]:
+        notes.append(f"no ground truth: {ground_truth['reason']}")
+
+    plan_rows = _plan_records_for_metrics(run.records)
+    metrics = evaluation.compute_metrics(plan_rows, track if track is not None else NoTrack())
+    metrics["invalid_answer_reasons"] = dict(
+        Counter(_reason_kind(r["reason"]) for r in run.records if r["status"] == "planned" and not r["valid"])
+    )
+    blocked = [r for r in run.records if r["status"] == "blocked"]
+    blocked_reasons: Counter[str] = Counter(p for r in blocked for p in r["problems"])
+    blocked_inputs: Counter[str] = Counter(p.split(":", 1)[0] for r in blocked for p in r["problems"])
+    if run.num_planned == 0:
+        if blocked:
+            top = "; ".join(f"{reason} ({count}x)" for reason, count in blocked_reasons.most_common(3))
+            notes.insert(0, f"no instant could be planned: {top}")
+        elif not run.records:
+            notes.insert(0, "no planning instant: no front image inside the replayed window")
+        else:
+            notes.insert(0, "no instant could be planned: the model failed every time")
+    if run.bag_error:
+        notes.append(f"bag damaged: {run.bag_error}")
+    if run.fatal:
+        notes.append(f"stopped: {run.fatal}")
+    if run.interrupted:
+        notes.append("interrupted: the outputs hold what was replayed until then")
+
+    plots: list[Path] = []
+    if options.plots and track is None:
+        notes.append("plots skipped: no ground truth")
+    elif options.plots:
+        model_name = getattr(engine, "name", "?")
+        horizon_ns = round(config.planning.num_waypoints * config.planning.waypoint_dt_s * NS_PER_S)
+        # panels at instants whose whole future is in the bag (when there are any)
+        full = [row for row in plan_rows if row["stamp_ns"] + horizon_ns <= track.end_ns]
+        bev_rows = full or plan_rows
+        drawings = (
+            (
+                "bev",
+                lambda: plotting.plot_bev(
+                    bev_rows,
+                    track,
+                    out / "plots" / "bev.png",
+                    title=f"{model_name} on {Path(reader.path).name}: predicted vs actual future (ego frame)",
+                ),
+            ),
+            (
+                "error over horizon",
+                lambda: plotting.plot_error_over_horizon(
+                    metrics, out / "plots" / "error_over_horizon.png", title=f"{model_name}: error over the horizon"
+                ),
+            ),
+        )
+        for name, draw in drawings:
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", UserWarning)  # e.g. an empty legend without valid plans
+                    plots.append(draw())
+            except Exception as exc:  # a plot must never cost the metrics
+                notes.append(f"{name} plot skipped: {exc}")
+
+    metrics.update(
+        {
+            "planning_instants": len(run.records),
+            "num_blocked": len(blocked),
+            "blocked_reasons": dict(blocked_reasons.most_common()),
+            "blocked_inputs": dict(blocked_inputs.most_common()),
+            "num_engine_errors": run.engine_errors,
+            "dropped_messages": dict(run.dropped.most_common()),
+            "ground_truth": ground_truth,
+            "complete": exit_code in (EXIT_OK, EXIT_NO_PLANS),
+            "bag_error": run.bag_error,
+            "exit_code": exit_code,
+            "notes": notes,
+            "run": {
+                "tool": "wam-diff2-replay",
+                "bag": str(Path(reader.path).resolve()),
+                "topics": topic_map.as_dict(),
+                "model": str(getattr(engine, "name", "?")),
+                "model_path": config.model_path,
+                "device": str(getattr(engine, "device", config.device)),
+                "dtype": str(getattr(engine, "dtype", config.dtype)).replace("torch.", ""),
+                "params_file": str(options.params) if options.params else None,
+                "overrides": dict(options.overrides),
+                "params_hash": params_hash(config.values),
+                "pixel_limits": [config.min_pixels, config.max_pixels],
+                "planning_rate_hz": config.rate_hz,
+                "start_s": options.start_s,
+                "duration_s": options.duration_s,
+                "max_plans": options.max_plans,
+                "bag_start_ns": run.bag_start_ns,
+                "last_message_ns": run.last_stamp_ns,
+                "messages_read": run.messages_read,
+                "messages_fed": dict(sorted(run.messages_fed.items())),
+                "detections": run.detections if options.detect else None,
+                "output_messages": outputs.output_counts(),
+                "instants": len(run.records),
+                "model_load_s": load_s,
+                "wall_time_s": time.perf_counter() - wall_start,
+            },
+        }
+    )
+    metrics_path = evaluation.write_metrics_json(metrics, out / "metrics.json")
+    summary = _summary_text(topic_map, metrics, plots, out)
+    summary_path = out / "summary.txt"
+    summary_path.write_text(summary, encoding="utf-8")
+    error = None
+    if exit_code == EXIT_BAG_DAMAGED:
+        error = f"{run.bag_error}; replayed until t={_rel(run.last_stamp_ns, run.bag_start_ns)}"
+    elif exit_code == EXIT_FAILED:
+        error = run.fatal
+    elif exit_code == EXIT_NO_PLANS:
+        error = notes[0]
+    elif exit_code == EXIT_INTERRUPTED:
+        error = f"interrupted at t={_rel(run.last_stamp_ns, run.bag_start_ns)}"
+    return ReplayResult(
+        exit_code=exit_code,
+        out_dir=out,
+        bag_path=out / BAG_DIR_NAME,
+        predictions_path=out / "predictions.jsonl",
+        metrics_path=metrics_path,
+        summary_path=summary_path,
+        plots=plots,
+        metrics=metrics,
+        summary=summary,
+        error=error,
+    )
+
+
+def _reason_kind(reason: str) -> str:
+    """A parse failure reason without its particulars (quoted text, numbers), for counting."""
+    import re
+
+    text = re.sub(r"'[^']*'", "'…'", reason)
+    return re.sub(r"[-+±]?\d+(\.\d+)?", "N", text)
+
+
+def _rel(stamp_ns: int | None, start_ns: int | None) -> str:
+    if stamp_ns is None or start_ns is None:
+        return "?"
+    return f"{(stamp_ns - start_ns) / NS_PER_S:.2f} s (bag time {stamp_ns} ns)"
+
+
+def _fmt(value: Any, unit: str = "", digits: int = 2) -> str:
+    return "n/a" if value is None else f"{value:.{digits}f}{unit}"
+
+
+def _summary_text(topic_map: TopicMap, metrics: Mapping[str, Any], plots: Sequence[Path], out: Path) -> str:
+    info = metrics["run"]
+    topics = [f"image_{i} {t} ({k})" for i, (t, k) in enumerate(topic_map.images)]
+    topics += [
+        f"{name} {topic}"
+        for name, topic in (
+            ("odometry", topic_map.odometry),
+            ("command", topic_map.command),
+            ("driving command", topic_map.driving_command),
+            ("acceleration", topic_map.acceleration),
+        )
+        if topic
+    ]
+    rate = info["planning_rate_hz"]
+    invalid = metrics["invalid_rate"]
+    lines = [
+        "wam-diff2-replay summary",
+        f"bag:        {info['bag']}",
+        f"model:      {info['model']} ({info['device']}, {info['dtype']}), params hash {info['params_hash']}",
+        f"topics:     {', '.join(topics)}",
+        f"planning:   {'each new front image' if rate == 0 else f'{rate:g} Hz'}; {metrics['planning_instants']} "
+        f"instant(s): {metrics['num_instants']} planned ({metrics['num_valid']} valid, {metrics['num_invalid']} "
+        f"invalid{f' = {100 * invalid:.1f} %' if invalid is not None else ''}), {metrics['num_blocked']} blocked, "
+        f"{metrics['num_engine_errors']} engine error(s)",
+        "ADE/FDE:    "
+        + "  ".join(
+            f"{h} {_fmt(metrics.get(f'ade_{h}'))}/{_fmt(metrics.get(f'fde_{h}'))} m (n={metrics.get(f'count_{h}')})"
+            for h in ("1s", "2s", "3s", "4s")
+        ),
+    ]
+    by_command = metrics.get("by_command") or {}
+    if len(by_command) > 1:
+        lines.append(
+            "by command: "
+            + ", ".join(
+                f"{name} ADE/FDE@4s {_fmt(group.get('ade_4s'))}/{_fmt(group.get('fde_4s'))} m (n={group['count']})"
+                for name, group in by_command.items()
+            )
+        )
+    latency = metrics["latency_ms"]
+    lines.append(
+        f"latency:    model p50 {_fmt(latency['p50'], ' ms', 0)}, p95 {_fmt(latency['p95'], ' ms', 0)}, "
+        f"max {_fmt(latency['max'], ' ms', 0)} (n={latency['count']})"
+    )
+    if metrics["invalid_answer_reasons"]:
+        top = sorted(metrics["invalid_answer_reasons"].items(), key=lambda item: -item[1])[:2]
+        lines.append("invalid:    " + "; ".join(f"{reason} ({count}x)" for reason, count in top))
+    if metrics["blocked_reasons"]:
+        top = list(metrics["blocked_reasons"].items())[:3]
+        lines.append("blocked:    " + "; ".join(f"{reason} ({count}x)" for reason, count in top))
+    lines.append(f"time:       {info['wall_time_s']:.1f} s wall (model load {info['model_load_s']:.1f} s)")
+    counts = ", ".join(f"{name} {count}" for name, count in info["output_messages"].items())
+    lines += [
+        f"output bag: {out / BAG_DIR_NAME}  ({counts}); play it: ros2 bag play {out / BAG_DIR_NAME}",
+        f"results:    {out / 'predictions.jsonl'}, {out / 'metrics.json'}",
+    ]
+    if plots:
+        lines.append("plots:      " + ", ".join(str(p) for p in plots))
+    lines += [f"note:       {note}" for note in metrics["notes"]]
+    return "\n".join(lines) + "\n"
