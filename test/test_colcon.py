@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("rclpy", reason="rclpy is not importable (install the PyPI ROS 2 wheels)")
 
-from test_node_support import REPO_ROOT, Harness, NodeProcess, tiny_checkpoint, wait_until, write_params
+from node_helpers import REPO_ROOT, Harness, NodeProcess, tiny_checkpoint, wait_until, write_params
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 SCRIPT = REPO_ROOT / "scripts" / "colcon_build.sh"

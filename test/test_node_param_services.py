@@ -14,11 +14,7 @@ import pytest
 pytest.importorskip("rclpy", reason="rclpy is not importable (install the PyPI ROS 2 wheels)")
 
 from nav_msgs.msg import Path as PathMsg
-from rcl_interfaces.msg import ParameterType
-from rcl_interfaces.srv import DescribeParameters, SetParameters
-from rclpy.lifecycle import TransitionCallbackReturn
-from rclpy.parameter import Parameter
-from test_node_support import (
+from node_helpers import (
     REPO_ROOT,
     Collector,
     FeedSettings,
@@ -30,6 +26,10 @@ from test_node_support import (
     wait_until,
     write_params,
 )
+from rcl_interfaces.msg import ParameterType
+from rcl_interfaces.srv import DescribeParameters, SetParameters
+from rclpy.lifecycle import TransitionCallbackReturn
+from rclpy.parameter import Parameter
 
 from wam_diff2_ros.ros.node import WamDiff2Node
 from wam_diff2_ros.ros.params import PARAMETER_SPECS

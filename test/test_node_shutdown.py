@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("rclpy", reason="rclpy is not importable (install the PyPI ROS 2 wheels)")
 
-from test_node_support import (
+from node_helpers import (
     REPO_ROOT,
     Collector,
     FeedSettings,
