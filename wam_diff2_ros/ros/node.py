@@ -76,7 +76,7 @@ from wam_diff2_ros.core.planning import EngineLike, release_device_cache
 from . import qos
 from .dds import ensure_fastdds_profile
 from .diagnostics import KeyedThrottle, NodeHealth
-from .param_guard import declare_typed_parameters, evaluate_change
+from .param_guard import coerce_set_request, declare_typed_parameters, evaluate_change, parameter_type
 from .params import DEFAULT_NODE_NAME, PARAMETER_SPECS, SPEC_BY_NAME, NodeConfig, ParameterError
 from .runtime import AnswerCycle, DetectionCycle, PlanCycle, PlannerRuntime
 
@@ -145,6 +145,9 @@ class WamDiff2Node(LifecycleNode):
         self._diag_timer = self.create_timer(1.0, self._publish_diagnostics, callback_group=self._diag_group)
         self._autostart_timer = None
         self.add_on_set_parameters_callback(self._on_set_parameters)
+        if hasattr(self, "add_pre_set_parameters_callback"):  # rclpy >= Iron: `param set ... 5` for a double
+            declared = {spec.name: parameter_type(spec) for spec in PARAMETER_SPECS}
+            self.add_pre_set_parameters_callback(lambda params: coerce_set_request(params, declared))
         if self.get_parameter("autostart").value is True:
             self._autostart_timer = self.create_timer(0.0, self._autostart)
         else:

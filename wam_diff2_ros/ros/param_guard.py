@@ -8,9 +8,11 @@ rclpy itself then refuses a value of the wrong type or out of range; :func:`eval
 full validation (cross-parameter rules, exclusive bounds, choices) and the lifecycle rule (a parameter
 that shapes the model, subscriptions or publishers is refused on a configured node).
 
-Overrides (``--params-file``, ``-p``) of the wrong type or out of range would make rclpy raise while the
-node is constructed; :func:`declare_typed_parameters` takes them out instead (an integer for a double is
-converted) and returns them, so configure fails with the reason and the node stays up.
+Set requests get the same lenience as overrides (:func:`coerce_set_request`, an rclpy pre-set callback): an
+integer for a double parameter is converted. Overrides (``--params-file``, ``-p``) of the wrong type or out of
+range would make rclpy raise while the node is constructed; :func:`declare_typed_parameters` takes them out
+instead (an integer for a double is converted) and returns them, so configure fails with the reason and the
+node stays up.
 """
 
 from __future__ import annotations
@@ -121,6 +123,21 @@ def declare_typed_parameters(node: Any) -> dict[str, Any]:
                 del overrides[name]
         node.declare_parameter(name, spec.default, desc)
     return rejected
+
+
+def coerce_set_request(parameters: list[Parameter], declared: Mapping[str, Parameter.Type]) -> list[Parameter]:
+    """A set request with integers for double parameters (``ros2 param set /wam_diff2 planning.rate_hz 5``) and
+    empty lists for array parameters converted to the declared type (rclpy's pre-set callback); everything else
+    unchanged, for the type check to refuse with its reason."""
+    result = []
+    for parameter in parameters:
+        kind = declared.get(parameter.name)
+        if kind is not None and parameter.type_ not in (kind, Parameter.Type.NOT_SET):
+            ok, value = _coerce(parameter.value, kind)
+            if ok:
+                parameter = Parameter(parameter.name, kind, value)
+        result.append(parameter)
+    return result
 
 
 @dataclass(frozen=True)
