@@ -303,7 +303,9 @@ def compressed_image_problem(msg: Any) -> str | None:
 
 def _decoded_to_rgb(cv2: Any, image: np.ndarray) -> np.ndarray:
     """What ``cv2.imdecode(..., IMREAD_UNCHANGED)`` gives (grey, BGR or BGRA; 8 or 16 bit) → RGB, with the
-    table above (cv_bridge labels the decode mono8/bgr8/bgra8 by its channel count)."""
+    table above (cv_bridge labels the decode mono8/bgr8/bgra8 by its channel count). A 16-bit PNG is scaled
+    with the Image table's 16 → 8 bit rule; cv_bridge's compressed path would hand back 16-bit values labelled
+    8-bit there."""
     if image.dtype == np.uint16:
         image = _scale_to_8bit(cv2, image)
     elif image.dtype != np.uint8:
