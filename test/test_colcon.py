@@ -1,7 +1,7 @@
 """The colcon route on the pip-installed ROS 2 wheels: ``scripts/colcon_build.sh`` builds the package into a
-temporary workspace, ``colcon test`` has the pytest suite registered, and the installed node (``source
-install/setup.bash`` then ``install/wam_diff2_ros/lib/wam_diff2_ros/wam_diff2_node``, as the README says)
-comes up active over DDS running the workspace's copy of the package."""
+temporary workspace, ``colcon test`` runs the registered pytest suite (one test of it here), and the installed
+node (``source install/setup.bash`` then ``install/wam_diff2_ros/lib/wam_diff2_ros/wam_diff2_node``, as the
+README says) comes up active over DDS running the workspace's copy of the package."""
 
 from __future__ import annotations
 
@@ -44,10 +44,23 @@ def test_colcon_build_and_the_installed_node(tmp_path: Path) -> None:
     installed_package = next((install / "lib").glob("python3*/site-packages/wam_diff2_ros"))
     assert (installed_package / "msg" / "_planned_trajectory.py").is_file()  # generated, merged with our code
 
-    ctest = subprocess.run(
-        ["ctest", "-N"], cwd=workspace / "build" / "wam_diff2_ros", capture_output=True, text=True, check=False
+    # `colcon test` runs the pytest suite CMakeLists.txt registers (here one test of it, picked with -k).
+    colcon_test = (
+        f"source {workspace}/install/setup.bash && {venv}/bin/colcon test --base-paths build/_source "
+        "--packages-select wam_diff2_ros --event-handlers console_direct- && "
+        f"{venv}/bin/colcon test-result --test-result-base build/wam_diff2_ros --all"
     )
-    assert "wam_diff2_ros_pytest" in ctest.stdout, ctest.stdout  # `colcon test` runs the pytest suite
+    tested = subprocess.run(
+        ["bash", "-c", colcon_test],
+        cwd=workspace,
+        capture_output=True,
+        text=True,
+        env={**env, "PYTEST_ADDOPTS": "-k test_the_table_covers_every_supported_encoding -p no:cacheprovider"},
+        timeout=600,
+        check=False,
+    )
+    assert tested.returncode == 0, tested.stdout[-4000:] + tested.stderr[-4000:]
+    assert "wam_diff2_ros_pytest.xunit.xml: 1 test, 0 errors, 0 failures" in tested.stdout, tested.stdout
 
     params = write_params(
         tmp_path / "params.yaml",
