@@ -319,6 +319,17 @@ def test_corrupt_compressed_images_are_refused(data: bytes, fmt: str, message: s
         conversions.compressed_msg_to_rgb(msg)
 
 
+@pytest.mark.parametrize("ext", [".jpg", ".png"])
+def test_size_is_read_from_the_header_and_huge_images_are_not_decoded(ext: str, monkeypatch) -> None:
+    ok, payload = cv2.imencode(ext, SMOOTH)
+    assert ok
+    data = payload.tobytes()
+    assert conversions._encoded_size(data) == (64, 48)
+    monkeypatch.setattr(conversions, "MAX_IMAGE_PIXELS", 64 * 48 - 1)
+    with pytest.raises(ImageConversionError, match="64x48 exceeds 3071 pixels"):
+        conversions.compressed_msg_to_rgb(compressed(data, ext[1:]))
+
+
 def test_truncated_jpeg_is_refused_when_decoded() -> None:
     data = encoded(SMOOTH, "JPEG", quality=90)
     msg = compressed(data[: len(data) // 2])

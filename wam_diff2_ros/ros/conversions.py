@@ -301,6 +301,28 @@ def compressed_image_problem(msg: Any) -> str | None:
     return None
 
 
+def _encoded_size(data: bytes) -> tuple[int, int] | None:
+    """(width, height) from a PNG's IHDR or a JPEG's SOF marker, None when the header does not say; read
+    before decoding so an image too large to decode is refused without allocating it."""
+    if data.startswith(_PNG_MAGIC) and len(data) >= 24 and data[12:16] == b"IHDR":
+        return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+    index = 2
+    while index + 9 <= len(data) and data[index] == 0xFF:
+        marker = data[index + 1]
+        if marker == 0xFF:  # fill byte
+            index += 1
+            continue
+        length = int.from_bytes(data[index + 2 : index + 4], "big")
+        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):  # start of frame
+            return int.from_bytes(data[index + 7 : index + 9], "big"), int.from_bytes(
+                data[index + 5 : index + 7], "big"
+            )
+        if marker == 0xDA or length < 2:  # start of scan before any frame header, or a broken segment
+            return None
+        index += 2 + length
+    return None
+
+
 def _decoded_to_rgb(cv2: Any, image: np.ndarray) -> np.ndarray:
     """What ``cv2.imdecode(..., IMREAD_UNCHANGED)`` gives (grey, BGR or BGRA; 8 or 16 bit) → RGB, with the
     table above (cv_bridge labels the decode mono8/bgr8/bgra8 by its channel count). A 16-bit PNG is scaled
@@ -329,6 +351,9 @@ def compressed_msg_to_rgb(msg: Any) -> np.ndarray:
     # libjpeg decodes a truncated stream with a warning (grey rows where data is missing): refuse it.
     if kind == "JPEG" and _JPEG_END not in bytes(data[-64:]):
         raise ImageConversionError("corrupt JPEG data (truncated: no end-of-image marker)")
+    size = _encoded_size(bytes(data[:65536]))
+    if size is not None and size[0] * size[1] > MAX_IMAGE_PIXELS:
+        raise ImageConversionError(f"{kind} of {size[0]}x{size[1]} exceeds {MAX_IMAGE_PIXELS} pixels (not decoded)")
     try:
         image = cv2.imdecode(data, cv2.IMREAD_UNCHANGED)
     except cv2.error as exc:
