@@ -239,6 +239,7 @@ def test_change_problems_blame_only_the_change() -> None:
     assert not any("rate_hz" in p for p in problems)
     assert needs_reconfigure("model.path") and needs_reconfigure("qos.image.depth")
     assert not needs_reconfigure("planning.rate_hz") and not needs_reconfigure("sync.max_age_ms")
+    assert needs_reconfigure("vqa.enabled") and needs_reconfigure("outputs.some_new_option")  # safe default
 
 
 def test_every_default_declares_a_usable_type() -> None:

@@ -143,16 +143,30 @@ SPEC_BY_NAME: dict[str, ParameterSpec] = {spec.name: spec for spec in PARAMETER_
 
 #: Read once, when the node is constructed: declared read-only.
 READ_ONLY_PARAMETERS = frozenset({"autostart"})
-#: Parameters that shape the model, subscriptions or publishers: on a configured node a change is refused
-#: ("takes effect after reconfigure"); an unconfigured node accepts it for its next configure. Every other
-#: parameter is read where it is used and applies live (rates, thresholds, decoding, sync limits ...).
-RECONFIGURE_PREFIXES = ("model.", "cameras.", "qos.")
+#: Sections read where they are used (the next plan, detection, answer or timer period): a change applies
+#: live. Everything else shapes the model, subscriptions or publishers (``model.*``, ``cameras.*``, ``qos.*``,
+#: and any new section until it is listed here): on a configured node a change is refused ("takes effect after
+#: reconfigure"); an unconfigured node accepts it for its next configure. Never accepted and ignored.
+LIVE_PREFIXES = (
+    "decoding.",
+    "prompt.",
+    "planning.",
+    "sync.",
+    "acceleration.",
+    "command.",
+    "detection.",
+    "markers.",
+    "diagnostics.",
+    "vqa.",
+    "debug.",
+)
+#: Exceptions inside the live sections: they create or remove a subscription or publisher.
 RECONFIGURE_PARAMETERS = frozenset({"vqa.enabled", "debug.image"})
 
 
 def needs_reconfigure(name: str) -> bool:
     """True when a change of ``name`` only takes effect at the next configure."""
-    return name in RECONFIGURE_PARAMETERS or name.startswith(RECONFIGURE_PREFIXES)
+    return name in RECONFIGURE_PARAMETERS or not name.startswith(LIVE_PREFIXES)
 
 
 @dataclass(frozen=True)
