@@ -63,6 +63,8 @@ setup(
         "tokenizers>=0.21",
         "numpy>=1.24",
         "pillow>=10.0",
+        # Image conversion (cv_bridge's OpenCV table); on a ROS install the system python3-opencv serves.
+        "opencv-python-headless>=4.8",
         "jinja2>=3.1",
         "pyyaml>=6.0",
         "tqdm>=4.66",
@@ -72,6 +74,8 @@ setup(
         "ros": ROS_WHEELS + ROSIDL_BUILD,
         "replay": ["rosbags>=0.10", "matplotlib>=3.8"],
         "test": ["pytest>=8", "hypothesis>=6.100", "ruff>=0.6", "pytest-timeout>=2.3"],
+        # colcon on the pip route (scripts/colcon_build.sh installs these when the venv has no colcon).
+        "colcon": ["colcon-common-extensions>=0.3", "ros-ament-cmake-pytest"],
     },
     entry_points={
         "console_scripts": [

@@ -10,8 +10,11 @@ Arguments (``ros2 launch wam_diff2_ros wam_diff2.launch.py --show-args``):
   (empty = keep the file's value);
 * ``params_file``: parameter YAML (default: the package's ``config/wam_diff2.yaml``);
 * ``namespace``, ``node_name``, ``use_sim_time``, ``log_level``;
-* ``rviz`` (false), ``rviz_config`` (default ``config/wam_diff2.rviz``; its topics assume the default
-  node name and no namespace);
+* ``rviz`` (false): also start RViz (``IfCondition``; rviz2 is not a dependency of the package, so a
+  headless vehicle needs none), ``rviz_config`` (default ``config/wam_diff2.rviz``; its topics assume the
+  default node name and no namespace);
+* ``sigterm_timeout`` (5 s, launch's default): how long ``ros2 launch`` waits after SIGINT before it sends
+  SIGTERM (the node exits within about a second, cancelling a running decode);
 * camera/input remaps: ``image_topics`` and ``camera_info_topics`` (comma-separated, in
   ``cameras.names`` order → ``~/input/image_<n>``, ``~/input/camera_info_<n>``), ``odometry_topic``,
   ``acceleration_topic``, ``command_topic``, ``driving_command_topic`` (empty = no remap).
@@ -30,6 +33,7 @@ import sys
 from pathlib import Path
 
 from launch.actions import DeclareLaunchArgument, OpaqueFunction, SetEnvironmentVariable
+from launch.conditions import IfCondition
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
 
@@ -47,8 +51,9 @@ ARGUMENTS: tuple[tuple[str, str, str], ...] = (
     ("node_name", "wam_diff2", "name of the node"),
     ("use_sim_time", "false", "use /clock (bag replay, simulation)"),
     ("log_level", "info", "debug | info | warn | error"),
-    ("rviz", "false", "also start RViz with rviz_config"),
+    ("rviz", "false", "also start RViz with rviz_config (needs rviz2, not a dependency of this package)"),
     ("rviz_config", "", "RViz config (empty = the package's config/wam_diff2.rviz)"),
+    ("sigterm_timeout", "5", "seconds launch waits after SIGINT before SIGTERM (then sigkill_timeout to SIGKILL)"),
     ("image_topics", "", "comma-separated camera image topics in cameras.names order (→ ~/input/image_<n>)"),
     ("camera_info_topics", "", "comma-separated CameraInfo topics in cameras.names order"),
     ("odometry_topic", "", "nav_msgs/Odometry topic (→ ~/input/odometry)"),
@@ -134,22 +139,23 @@ def launch_setup(context: object, *args: object, **kwargs: object) -> list[objec
             namespace=arg("namespace"),
             parameters=[params_file, overrides],
             remappings=remappings,
-            arguments=["--ros-args", "--log-level", arg("log_level") or "info"],
+            ros_arguments=["--log-level", arg("log_level") or "info"],
+            sigterm_timeout=arg("sigterm_timeout") or "5",
             output="screen",
             emulate_tty=True,
         )
     )
-    if _is_true(arg("rviz")):
-        actions.append(
-            Node(
-                package="rviz2",
-                executable="rviz2",
-                name="rviz2",
-                arguments=["-d", arg("rviz_config") or str(share / "config" / "wam_diff2.rviz")],
-                parameters=[{"use_sim_time": use_sim_time}],
-                output="log",
-            )
+    actions.append(
+        Node(
+            package="rviz2",
+            executable="rviz2",
+            name="rviz2",
+            arguments=["-d", arg("rviz_config") or str(share / "config" / "wam_diff2.rviz")],
+            parameters=[{"use_sim_time": use_sim_time}],
+            output="log",
+            condition=IfCondition(LaunchConfiguration("rviz")),
         )
+    )
     return actions
 
 

@@ -22,6 +22,7 @@ from rclpy.serialization import deserialize_message, serialize_message
 from sensor_msgs.msg import CameraInfo, CompressedImage, Image
 from std_msgs.msg import String
 
+from wam_diff2_ros.core.image_headers import jpeg_header, png_header
 from wam_diff2_ros.core.observation import InputError
 from wam_diff2_ros.core.prompts import NavigationCommand
 from wam_diff2_ros.ros import conversions
@@ -52,78 +53,140 @@ def raw(encoding: str, pixels: np.ndarray, width: int, height: int, step: int | 
     return over_dds(msg)
 
 
-# --- raw encodings --------------------------------------------------------------------------------------
+# --- raw encodings: against OpenCV (cv_bridge's table), and cv_bridge itself where it is installed ---------
+
+cv2 = pytest.importorskip("cv2", reason="OpenCV is not importable (pip install opencv-python-headless)")
+
+HEIGHT, WIDTH = 1080, 1920
+# cv_bridge.cpp getConversionCodes(), source → rgb8, restated here as OpenCV calls (what cv_bridge runs).
+REFERENCE_CODES = {
+    "rgb8": None,
+    "bgr8": cv2.COLOR_BGR2RGB,
+    "rgba8": cv2.COLOR_RGBA2RGB,
+    "bgra8": cv2.COLOR_BGRA2RGB,
+    "mono8": cv2.COLOR_GRAY2RGB,
+    "rgb16": None,
+    "bgr16": cv2.COLOR_BGR2RGB,
+    "rgba16": cv2.COLOR_RGBA2RGB,
+    "bgra16": cv2.COLOR_BGRA2RGB,
+    "mono16": cv2.COLOR_GRAY2RGB,
+    "yuv422": cv2.COLOR_YUV2RGB_UYVY,
+    "uyvy": cv2.COLOR_YUV2RGB_UYVY,
+    "yuv422_yuy2": cv2.COLOR_YUV2RGB_YUY2,
+    "yuyv": cv2.COLOR_YUV2RGB_YUY2,
+    "bayer_rggb8": cv2.COLOR_BayerBG2RGB,
+    "bayer_bggr8": cv2.COLOR_BayerRG2RGB,
+    "bayer_gbrg8": cv2.COLOR_BayerGR2RGB,
+    "bayer_grbg8": cv2.COLOR_BayerGB2RGB,
+    "bayer_rggb16": cv2.COLOR_BayerBG2RGB,
+    "bayer_bggr16": cv2.COLOR_BayerRG2RGB,
+    "bayer_gbrg16": cv2.COLOR_BayerGR2RGB,
+    "bayer_grbg16": cv2.COLOR_BayerGB2RGB,
+    # OpenCV type names: OpenCV's own layouts (grey, BGR, BGRA).
+    "8UC1": cv2.COLOR_GRAY2RGB,
+    "8UC3": cv2.COLOR_BGR2RGB,
+    "8UC4": cv2.COLOR_BGRA2RGB,
+    "16UC1": cv2.COLOR_GRAY2RGB,
+    "16UC3": cv2.COLOR_BGR2RGB,
+    "16UC4": cv2.COLOR_BGRA2RGB,
+}
 
 
-@pytest.mark.parametrize("step_padding", [0, 7])
-@pytest.mark.parametrize(
-    ("encoding", "encode"),
-    [
-        ("rgb8", lambda rgb: rgb),
-        ("bgr8", lambda rgb: rgb[:, :, ::-1]),
-        ("rgba8", lambda rgb: np.dstack([rgb, np.full(rgb.shape[:2], 77, np.uint8)])),
-        ("bgra8", lambda rgb: np.dstack([rgb[:, :, ::-1], np.full(rgb.shape[:2], 77, np.uint8)])),
-    ],
-)
-def test_colour_encodings_give_rgb(encoding: str, encode, step_padding: int) -> None:
-    pixels = encode(RGB)
-    step = pixels.shape[1] * pixels.shape[2] + step_padding
-    out = conversions.image_msg_to_rgb(raw(encoding, pixels, 10, 6, step=step))
-    assert out.dtype == np.uint8 and out.shape == (6, 10, 3)
+def layout(encoding: str) -> tuple[int, int]:
+    """(channels, bytes per value) of an encoding, from its name."""
+    if encoding[0].isdigit():
+        bits, count = encoding.split("UC")
+        return int(count), int(bits) // 8
+    depth = 2 if encoding.endswith("16") else 1
+    if encoding.startswith(("mono", "bayer")):
+        return 1, depth
+    if encoding.startswith(("yuv", "uyvy", "yuyv")):
+        return 2, 1
+    return (4 if encoding[3] == "a" else 3), depth
+
+
+def reference_rgb(encoding: str, values: np.ndarray) -> np.ndarray:
+    """What cv_bridge's toCvCopy(msg, "rgb8") computes: cvtColor at the source depth, then for 16 bit
+    Mat::convertTo(CV_8U, 255/65535) (convertScaleAbs is the same for unsigned input)."""
+    code = REFERENCE_CODES[encoding]
+    image = values if code is None else cv2.cvtColor(values, code)
+    if image.dtype == np.uint16:
+        image = cv2.convertScaleAbs(image, alpha=255.0 / 65535.0)
+    return image
+
+
+def random_values(encoding: str, height: int, width: int, seed: int = 0) -> np.ndarray:
+    channels, depth = layout(encoding)
+    dtype = np.uint16 if depth == 2 else np.uint8
+    shape = (height, width) if channels == 1 else (height, width, channels)
+    return np.random.default_rng(seed).integers(0, np.iinfo(dtype).max + 1, size=shape, dtype=dtype)
+
+
+def test_the_table_covers_every_supported_encoding() -> None:
+    assert set(REFERENCE_CODES) | {"nv21", "nv24"} == set(conversions.SUPPORTED_ENCODINGS)
+
+
+@pytest.mark.parametrize("encoding", sorted(REFERENCE_CODES))
+def test_1080p_conversion_is_identical_to_opencv(encoding: str) -> None:
+    values = random_values(encoding, HEIGHT, WIDTH)
+    out = conversions.image_msg_to_rgb(raw(encoding, values, WIDTH, HEIGHT))
+    assert out.dtype == np.uint8 and out.shape == (HEIGHT, WIDTH, 3) and out.flags.c_contiguous
+    np.testing.assert_array_equal(out, reference_rgb(encoding, values))
+
+
+@pytest.mark.parametrize("encoding", ["mono16", "rgb16", "bgra16", "bayer_gbrg16", "16UC3", "bgr8", "yuv422"])
+@pytest.mark.parametrize(("padding", "big"), [(6, False), (0, True), (10, True)])
+def test_row_padding_and_byte_order(encoding: str, padding: int, big: bool) -> None:
+    values = random_values(encoding, 6, 10, seed=1)
+    if big and values.dtype != np.uint16:
+        pytest.skip("byte order only matters for 16-bit encodings")
+    channels, depth = layout(encoding)
+    stored = values.astype(">u2") if big else values
+    msg = raw(encoding, stored, 10, 6, step=10 * channels * depth + padding, big=big)
+    np.testing.assert_array_equal(conversions.image_msg_to_rgb(msg), reference_rgb(encoding, values))
+
+
+def test_16_bit_is_scaled_as_cv_bridge_does_not_cut_to_the_high_byte() -> None:
+    values = np.arange(65536, dtype=np.uint16).reshape(256, 256)
+    out = conversions.image_msg_to_rgb(raw("mono16", values, 256, 256))[:, :, 0]
+    np.testing.assert_array_equal(out, ((values.astype(np.int64) * 2 + 257) // 514).astype(np.uint8))  # round(v/257)
+    assert out.ravel()[128] == 0 and out.ravel()[129] == 1 and out.ravel()[65535] == 255
+
+
+def test_bgr8_and_rgb8_round_trip_the_pixels() -> None:
+    np.testing.assert_array_equal(conversions.image_msg_to_rgb(raw("bgr8", RGB[:, :, ::-1], 10, 6)), RGB)
+    out = conversions.image_msg_to_rgb(raw("rgb8", RGB, 10, 6))
     np.testing.assert_array_equal(out, RGB)
+    assert out.flags.writeable  # a new array, not a view of msg.data
 
 
-@pytest.mark.parametrize("encoding", ["mono8", "8UC1"])
-def test_mono8_is_replicated(encoding: str) -> None:
-    grey = RGB[:, :, 0]
-    out = conversions.image_msg_to_rgb(raw(encoding, grey, 10, 6))
-    for channel in range(3):
-        np.testing.assert_array_equal(out[:, :, channel], grey)
+def semi_planar(encoding: str, planes: np.ndarray, width: int, height: int) -> Image:
+    """An NV21/NV24 message: the planes' bytes as they are, step = width (the Y row)."""
+    msg = Image()
+    msg.header.stamp = conversions.ns_to_stamp(STAMP_NS)
+    msg.height, msg.width, msg.encoding, msg.step = height, width, encoding, width
+    msg.data = planes.tobytes()
+    return over_dds(msg)
 
 
-@pytest.mark.parametrize("big", [False, True])
-@pytest.mark.parametrize("encoding", ["mono16", "16UC1"])
-def test_mono16_keeps_the_high_byte(encoding: str, big: bool) -> None:
-    values = RNG.integers(0, 65536, size=(6, 10), dtype=np.uint16)
-    pixels = values.astype(">u2" if big else "<u2")
-    out = conversions.image_msg_to_rgb(raw(encoding, pixels, 10, 6, big=big))
-    np.testing.assert_array_equal(out[:, :, 1], (values // 256).astype(np.uint8))
+def nv21_of(y: np.ndarray, u: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """NV21 bytes: the Y plane, then V U interleaved at half resolution."""
+    return np.vstack([y, np.dstack([v, u]).reshape(v.shape[0], -1)])
 
 
-def test_rgb16_and_bgra16() -> None:
-    values = RNG.integers(0, 65536, size=(6, 10, 3), dtype=np.uint16)
-    out = conversions.image_msg_to_rgb(raw("rgb16", values.astype("<u2"), 10, 6))
-    np.testing.assert_array_equal(out, (values >> 8).astype(np.uint8))
-    bgra = np.dstack([values[:, :, ::-1], np.zeros((6, 10), np.uint16)]).astype("<u2")
-    out = conversions.image_msg_to_rgb(raw("bgra16", bgra, 10, 6))
-    np.testing.assert_array_equal(out, (values >> 8).astype(np.uint8))
-
-
-# Reference YUV (BT.601 limited range) of a few colours: (Y, U, V) -> RGB.
-YUV_REFERENCE = [
-    ((16, 128, 128), (0, 0, 0)),
-    ((235, 128, 128), (255, 255, 255)),
-    ((126, 128, 128), (128, 128, 128)),
-    ((81, 90, 240), (255, 0, 0)),
-    ((145, 54, 34), (0, 255, 0)),
-    ((41, 240, 110), (0, 0, 255)),
-]
-
-
-@pytest.mark.parametrize(
-    ("encoding", "order"), [("yuv422", "UYVY"), ("uyvy", "UYVY"), ("yuv422_yuy2", "YUYV"), ("yuyv", "YUYV")]
-)
-def test_yuv422_packings(encoding: str, order: str) -> None:
-    width = 2 * len(YUV_REFERENCE)
-    packed = []
-    for (y, u, v), _ in YUV_REFERENCE:
-        values = {"Y": y, "U": u, "V": v}
-        packed.extend(values[c] for c in order)  # both pixels of the pair share the colour
-    pixels = np.array(packed, dtype=np.uint8).reshape(1, width * 2)
-    out = conversions.image_msg_to_rgb(raw(encoding, pixels, width, 1))
-    for index, (_, expected) in enumerate(YUV_REFERENCE):
-        for pixel in (2 * index, 2 * index + 1):
-            assert np.abs(out[0, pixel].astype(int) - np.array(expected)).max() <= 2, (index, out[0, pixel])
+def test_nv21_is_opencvs_conversion_and_nv24_agrees_with_it() -> None:
+    rng = np.random.default_rng(2)
+    y = rng.integers(0, 256, size=(HEIGHT, WIDTH), dtype=np.uint8)
+    u, v = (rng.integers(0, 256, size=(HEIGHT // 2, WIDTH // 2), dtype=np.uint8) for _ in range(2))
+    packed = nv21_of(y, u, v)
+    expected = cv2.cvtColor(packed, cv2.COLOR_YUV2RGB_NV21)
+    np.testing.assert_array_equal(conversions.image_msg_to_rgb(semi_planar("nv21", packed, WIDTH, HEIGHT)), expected)
+    # NV24 (full-resolution U V) carrying the same chroma, repeated over each 2x2 cell: the same pixels.
+    full_u, full_v = (np.repeat(np.repeat(c, 2, axis=0), 2, axis=1) for c in (u, v))
+    nv24 = np.concatenate([y.ravel(), np.dstack([full_u, full_v]).ravel()])
+    np.testing.assert_array_equal(conversions.image_msg_to_rgb(semi_planar("nv24", nv24, WIDTH, HEIGHT)), expected)
+    with pytest.raises(ImageConversionError, match="even width and height"):
+        conversions.image_msg_to_rgb(semi_planar("nv21", packed[:-1, :-1], WIDTH - 1, HEIGHT - 1))
 
 
 def test_yuv422_byte_orders_differ() -> None:
@@ -139,14 +202,26 @@ def test_yuv422_byte_orders_differ() -> None:
 
 
 @pytest.mark.parametrize("pattern", ["rggb", "bggr", "gbrg", "grbg"])
-def test_bayer_cells(pattern: str) -> None:
-    values = {"r": 200, "b": 50}
-    greens = iter([100, 120])
-    cell = [values[c] if c in values else next(greens) for c in pattern]
-    pixels = np.array([cell[:2], cell[2:]], dtype=np.uint8)
-    out = conversions.image_msg_to_rgb(raw(f"bayer_{pattern}8", pixels, 2, 2))
-    assert out.shape == (2, 2, 3)
-    assert (out == np.array([200, 110, 50], np.uint8)).all()
+def test_bayer_patterns_put_red_and_blue_where_the_name_says(pattern: str) -> None:
+    # A flat scene (R 200, G 110, B 50) seen through the pattern demosaics to that colour inside the image.
+    colour = {"r": 200, "g": 110, "b": 50}
+    cell = np.array([[colour[pattern[0]], colour[pattern[1]]], [colour[pattern[2]], colour[pattern[3]]]], np.uint8)
+    pixels = np.tile(cell, (4, 4))
+    out = conversions.image_msg_to_rgb(raw(f"bayer_{pattern}8", pixels, 8, 8))
+    assert (out[2:6, 2:6] == np.array([200, 110, 50], np.uint8)).all()
+
+
+def test_cv_bridge_gives_the_same_pixels_where_installed() -> None:
+    cv_bridge = pytest.importorskip("cv_bridge", reason="cv_bridge comes from apt (ROS install), not PyPI")
+    bridge = cv_bridge.CvBridge()
+    for encoding in sorted(REFERENCE_CODES):
+        if encoding[0].isdigit():
+            continue  # cv_bridge refuses to colour-convert OpenCV type names
+        msg = raw(encoding, random_values(encoding, 48, 64, seed=3), 64, 48)
+        np.testing.assert_array_equal(conversions.image_msg_to_rgb(msg), bridge.imgmsg_to_cv2(msg, "rgb8"), encoding)
+    payload = encoded(SMOOTH, "JPEG", quality=90)
+    msg = compressed(payload)
+    np.testing.assert_array_equal(conversions.compressed_msg_to_rgb(msg), bridge.compressed_imgmsg_to_cv2(msg, "rgb8"))
 
 
 @pytest.mark.parametrize(
@@ -226,7 +301,7 @@ def test_png_variants_decode_exactly() -> None:
     np.testing.assert_array_equal(conversions.compressed_msg_to_rgb(compressed(encoded(rgba, "PNG"), "png")), RGB)
     deep = RNG.integers(0, 65536, size=(6, 10), dtype=np.uint16)
     out = conversions.compressed_msg_to_rgb(compressed(encoded(deep, "PNG"), "mono16; png compressed mono16"))
-    np.testing.assert_array_equal(out[:, :, 0], (deep >> 8).astype(np.uint8))
+    np.testing.assert_array_equal(out[:, :, 0], cv2.convertScaleAbs(deep, alpha=255.0 / 65535.0))
 
 
 @pytest.mark.parametrize(
@@ -243,6 +318,18 @@ def test_corrupt_compressed_images_are_refused(data: bytes, fmt: str, message: s
     msg = compressed(data, fmt)
     with pytest.raises(ImageConversionError, match=message):
         conversions.compressed_msg_to_rgb(msg)
+
+
+@pytest.mark.parametrize("ext", [".jpg", ".png"])
+def test_size_is_read_from_the_header_and_huge_images_are_not_decoded(ext: str, monkeypatch) -> None:
+    ok, payload = cv2.imencode(ext, SMOOTH)
+    assert ok
+    data = payload.tobytes()
+    read_header = jpeg_header if ext == ".jpg" else png_header  # the one header reader conversions uses
+    assert read_header(data) == (64, 48)
+    monkeypatch.setattr(conversions, "MAX_IMAGE_PIXELS", 64 * 48 - 1)
+    with pytest.raises(ImageConversionError, match="64x48 exceeds 3071 pixels"):
+        conversions.compressed_msg_to_rgb(compressed(data, ext[1:]))
 
 
 def test_truncated_jpeg_is_refused_when_decoded() -> None:

@@ -463,6 +463,14 @@ def test_package_xml_is_valid_and_declares_interface_group() -> None:
     assert "rosidl_interface_packages" in [g.name for g in package.member_of_groups]
     run_deps = {d.name for d in package.exec_depends + package.build_export_depends}
     assert {"rclpy", "std_msgs", "geometry_msgs", "builtin_interfaces", "rosidl_default_runtime"} <= run_deps
+    assert "python3-opencv" in run_deps and "rviz2" not in run_deps  # RViz only behind the launch argument
+    assert "ament_cmake_pytest" in {d.name for d in package.test_depends}
+    package.evaluate_conditions({})  # vision_msgs is optional: only with the documented opt-in
+    assert "vision_msgs" not in {d.name for d in package.exec_depends if d.evaluated_condition}
+    package.evaluate_conditions({"WAM_DIFF2_ROS_VISION_MSGS": "true"})
+    assert "vision_msgs" in {d.name for d in package.exec_depends if d.evaluated_condition}
+    (maintainer,) = package.maintainers
+    assert "example.com" not in maintainer.email and maintainer.name.endswith("maintainers")  # a role
 
 
 # --- the build tool end to end, into a temporary prefix --------------------------------------------------

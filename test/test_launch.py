@@ -1,9 +1,12 @@
 """launch/wam_diff2.launch.py.
 
 ``launch`` / ``launch_ros`` are not installable here (PyPI's ``launch`` is an unrelated package), so the
-launch file is loaded with small stand-ins for the five names it imports, injected into ``sys.modules``
-for these tests only. What is checked: the declared arguments, the actions ``launch_setup`` builds for
-given arguments (node, parameters, remaps, RViz, Fast DDS variable) and, for real, that the node started
+launch file is loaded with small stand-ins for the names it imports, injected into ``sys.modules`` for these
+tests only. Each stand-in binds its arguments to the documented signature of the real class (the keyword
+sets below, read from the public ros2/launch and ros2/launch_ros sources), so a misspelt keyword or a
+missing required one fails here as it would under ``ros2 launch``. What is checked: the declared arguments,
+the actions ``launch_setup`` builds for given arguments (node, parameters, remaps, RViz behind its
+``IfCondition``, ``sigterm_timeout``, Fast DDS variable) and, for real, that the node started
 with the command line ``launch_ros`` would build from that Node action (executable, ``--ros-args``, name,
 namespace, the package YAML, the overrides as a parameter file, the remaps) comes up active over DDS with
 the YAML's parameters and the remapped topics. Not run: ``ros2 launch`` itself (launch's event loop,
@@ -13,6 +16,7 @@ the YAML's parameters and the remapped topics. Not run: ``ros2 launch`` itself (
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import sys
 import types
 from pathlib import Path
@@ -24,15 +28,61 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 LAUNCH_FILE = REPO_ROOT / "launch" / "wam_diff2.launch.py"
 
 
+# Constructor signatures of the launch / launch_ros classes the launch file uses: (positional parameters,
+# keyword-only parameters, required keywords). From the public sources, rolling branches:
+# ros2/launch 02595baf (2024-12-20): launch/action.py Action.__init__ (condition), actions/execute_local.py
+# ExecuteLocal.__init__, actions/execute_process.py ExecuteProcess.__init__ (its **kwargs go to ExecuteLocal,
+# whose **kwargs go to Action), actions/declare_launch_argument.py, actions/set_environment_variable.py,
+# actions/opaque_function.py (their **kwargs go to Action), conditions/if_condition.py,
+# substitutions/launch_configuration.py, launch_description.py;
+# ros2/launch_ros f9ab937 (2024-11-26): launch_ros/actions/node.py Node.__init__ (its **kwargs go to
+# ExecuteProcess; Node builds cmd itself).
+ACTION = ("condition",)
+EXECUTE_LOCAL = (
+    "shell", "sigterm_timeout", "sigkill_timeout", "emulate_tty", "output", "output_format", "cached_output",
+    "log_cmd", "on_exit", "respawn", "respawn_delay", "respawn_max_retries",
+)  # fmt: skip
+EXECUTE_PROCESS = ("prefix", "name", "cwd", "env", "additional_env")
+NODE = ("executable", "package", "name", "namespace", "exec_name", "parameters", "remappings", "ros_arguments",
+        "arguments")  # fmt: skip
+SIGNATURES: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = {
+    "LaunchDescription": (("initial_entities",), ("deprecated_reason",), ()),
+    "DeclareLaunchArgument": (("name",), ("default_value", "description", "choices", *ACTION), ()),
+    "SetEnvironmentVariable": (("name", "value"), ACTION, ()),
+    "OpaqueFunction": ((), ("function", "args", "kwargs", *ACTION), ("function",)),
+    "IfCondition": (("predicate_expression",), (), ()),
+    "LaunchConfiguration": (("variable_name",), ("default",), ()),
+    "Node": ((), tuple(dict.fromkeys((*NODE, *EXECUTE_PROCESS, *EXECUTE_LOCAL, *ACTION))), ("executable",)),
+}
+
+
+def signature(class_name: str) -> inspect.Signature:
+    """The documented constructor signature of a launch class (see :data:`SIGNATURES`)."""
+    positional, keywords, required = SIGNATURES[class_name]
+    first = [
+        inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None if index else inspect._empty)
+        for index, name in enumerate(positional)
+    ]
+    if class_name == "LaunchDescription":
+        first = [inspect.Parameter("initial_entities", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None)]
+    rest = [
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=inspect._empty if name in required else None)
+        for name in keywords
+    ]
+    return inspect.Signature(first + rest)
+
+
 class Recorded:
-    """A stand-in launch entity remembering its constructor arguments."""
+    """A stand-in launch entity remembering its constructor arguments, bound to the real class' signature."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        signature(type(self).__name__).bind(*args, **kwargs)  # TypeError for a misspelt or missing keyword
         self.args, self.kwargs = args, kwargs
 
 
-class LaunchConfiguration:
-    def __init__(self, name: str) -> None:
+class LaunchConfiguration(Recorded):
+    def __init__(self, name: str, **kwargs: Any) -> None:
+        super().__init__(name, **kwargs)
         self.name = name
 
     def perform(self, context: Any) -> str:
@@ -47,7 +97,14 @@ def stub_modules() -> dict[str, types.ModuleType]:
 
     classes = {
         name: type(name, (Recorded,), {})
-        for name in ("LaunchDescription", "DeclareLaunchArgument", "OpaqueFunction", "SetEnvironmentVariable", "Node")
+        for name in (
+            "LaunchDescription",
+            "DeclareLaunchArgument",
+            "OpaqueFunction",
+            "SetEnvironmentVariable",
+            "IfCondition",
+            "Node",
+        )
     }
     return {
         "launch": module("launch", LaunchDescription=classes["LaunchDescription"]),
@@ -57,10 +114,25 @@ def stub_modules() -> dict[str, types.ModuleType]:
             OpaqueFunction=classes["OpaqueFunction"],
             SetEnvironmentVariable=classes["SetEnvironmentVariable"],
         ),
+        "launch.conditions": module("launch.conditions", IfCondition=classes["IfCondition"]),
         "launch.substitutions": module("launch.substitutions", LaunchConfiguration=LaunchConfiguration),
         "launch_ros": module("launch_ros"),
         "launch_ros.actions": module("launch_ros.actions", Node=classes["Node"]),
     }
+
+
+def test_stand_ins_refuse_what_launch_refuses() -> None:
+    """The signature check is live: misspelt and missing keywords raise, as the real constructors do."""
+    node_class = stub_modules()["launch_ros.actions"].Node
+    node_class(executable="x", package="p", ros_arguments=["--log-level", "info"], sigterm_timeout="5", condition=None)
+    with pytest.raises(TypeError):
+        node_class(executable="x", ros_argument=["--log-level", "info"])
+    with pytest.raises(TypeError):
+        node_class(executable="x", sigterm_timout="5")
+    with pytest.raises(TypeError):
+        node_class(package="p")  # executable is required
+    with pytest.raises(TypeError):
+        stub_modules()["launch.actions"].DeclareLaunchArgument("a", default="x")
 
 
 @pytest.fixture
@@ -89,8 +161,17 @@ def context(launch_module, **values: str) -> Any:
     return types.SimpleNamespace(launch_configurations=configurations)
 
 
-def nodes(actions: list[Any]) -> list[Any]:
-    return [a for a in actions if type(a).__name__ == "Node"]
+def nodes(actions: list[Any], package: str = "wam_diff2_ros") -> list[Any]:
+    return [a for a in actions if type(a).__name__ == "Node" and a.kwargs["package"] == package]
+
+
+def rviz_action(actions: list[Any], launch_module, ctx) -> Any | None:
+    """The RViz Node action when its IfCondition holds for ``ctx`` (None otherwise)."""
+    (rviz,) = nodes(actions, "rviz2")
+    condition = rviz.kwargs["condition"]
+    assert type(condition).__name__ == "IfCondition"
+    (expression,) = condition.args
+    return rviz if expression.perform(ctx).strip().lower() in ("true", "1") else None
 
 
 def test_declared_arguments(launch_module) -> None:
@@ -102,6 +183,7 @@ def test_declared_arguments(launch_module) -> None:
     for name in ("image_topics", "camera_info_topics", "odometry_topic", "command_topic", "acceleration_topic"):
         assert name in declared
     assert declared["use_sim_time"]["default_value"] == "false" and declared["rviz"]["default_value"] == "false"
+    assert declared["sigterm_timeout"]["default_value"] == "5"
     assert type(parts["entities"][-1]).__name__ == "OpaqueFunction"
     assert parts["entities"][-1].kwargs["function"] is launch_module.launch_setup
 
@@ -109,9 +191,13 @@ def test_declared_arguments(launch_module) -> None:
 def test_default_actions(launch_module, monkeypatch) -> None:
     for name in ("FASTDDS_DEFAULT_PROFILES_FILE", "FASTRTPS_DEFAULT_PROFILES_FILE"):
         monkeypatch.delenv(name, raising=False)
-    actions = launch_module.launch_setup(context(launch_module))
+    ctx = context(launch_module)
+    actions = launch_module.launch_setup(ctx)
     (node,) = nodes(actions)
+    assert rviz_action(actions, launch_module, ctx) is None  # RViz only with rviz:=true
     kwargs = node.kwargs
+    assert kwargs["ros_arguments"] == ["--log-level", "info"] and "arguments" not in kwargs
+    assert kwargs["sigterm_timeout"] == "5"
     assert (kwargs["package"], kwargs["executable"], kwargs["name"], kwargs["namespace"]) == (
         "wam_diff2_ros",
         "wam_diff2_node",
@@ -144,10 +230,13 @@ def test_arguments_become_overrides_remaps_and_rviz(launch_module, monkeypatch, 
         odometry_topic="/localization/kinematic_state",
         command_topic="/planning/command",
         log_level="debug",
+        sigterm_timeout="15",
     )
     actions = launch_module.launch_setup(ctx)
     assert [type(a).__name__ for a in actions] == ["Node", "Node"]  # the user's profile variable is kept
-    planner, rviz = actions
+    (planner,) = nodes(actions)
+    rviz = rviz_action(actions, launch_module, ctx)
+    assert rviz is not None
     assert planner.kwargs["parameters"] == [
         str(tmp_path / "mine.yaml"),
         {"use_sim_time": True, "model.path": "/models/wam", "model.device": "cuda:1", "model.dtype": "float16"},
@@ -160,7 +249,8 @@ def test_arguments_become_overrides_remaps_and_rviz(launch_module, monkeypatch, 
         ("~/input/odometry", "/localization/kinematic_state"),
         ("~/input/command", "/planning/command"),
     ]
-    assert planner.kwargs["arguments"] == ["--ros-args", "--log-level", "debug"]
+    assert planner.kwargs["ros_arguments"] == ["--log-level", "debug"]
+    assert planner.kwargs["sigterm_timeout"] == "15"
     assert rviz.kwargs["package"] == "rviz2"
     assert Path(rviz.kwargs["arguments"][1]) == REPO_ROOT / "config" / "wam_diff2.rviz"
     assert rviz.kwargs["parameters"] == [{"use_sim_time": True}]
@@ -189,7 +279,8 @@ def command_line(node_action: Any, tmp_path: Path) -> list[str]:
 
     kwargs = node_action.kwargs
     executable = Path(sys.executable).with_name(kwargs["executable"])
-    command = [str(executable), *kwargs.get("arguments", []), "--ros-args", "-r", f"__node:={kwargs['name']}"]
+    command = [str(executable), *kwargs.get("arguments", []), "--ros-args", *kwargs.get("ros_arguments", [])]
+    command += ["-r", f"__node:={kwargs['name']}"]
     if kwargs.get("namespace"):
         command += ["-r", f"__ns:=/{kwargs['namespace'].strip('/')}"]
     for index, entry in enumerate(kwargs.get("parameters", [])):

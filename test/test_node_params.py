@@ -185,3 +185,66 @@ def test_fast_dds_profile_is_set_only_when_the_user_did_not_choose() -> None:
     ):
         env = dict(preset)
         assert dds.ensure_fastdds_profile(env) == {} and env == preset
+
+
+def _just(value: float, kind: str, direction: int) -> float | int:
+    """The nearest value past ``value`` in ``direction`` (+1 above, -1 below) for an integer or number rule."""
+    return int(value) + direction if kind == "integer" else value + direction * 1e-6
+
+
+def test_declared_ranges_come_from_validation_and_agree_with_the_core_configs() -> None:
+    """Every bound the typed declaration carries is one validation (reader + core dataclasses) enforces: the
+    bound itself (when inclusive) and values inside validate; values outside do not."""
+    from wam_diff2_ros.ros.params import parameter_rules, validation_problems
+
+    base = {"model.path": str(REPO_ROOT)}
+    # Companions keep cross-parameter rules (min_pixels <= max_pixels, min_span_s <= window_s) out of the way.
+    companions = {
+        "model.max_pixels": {"model.min_pixels": 1},
+        "acceleration.window_s": {"acceleration.min_span_s": 1e-9},
+    }
+    rules = parameter_rules()
+    assert set(rules) == {spec.name for spec in PARAMETER_SPECS}
+    checked = 0
+    for name, rule in rules.items():
+        if rule.kind not in ("integer", "number"):
+            continue
+        cast = int if rule.kind == "integer" else float
+        values = {**base, **companions.get(name, {})}
+        for bound, exclusive, outward in (
+            (rule.minimum, rule.exclusive_minimum, -1),
+            (rule.maximum, rule.exclusive_maximum, +1),
+        ):
+            if bound is None:
+                continue
+            inside = bound if not exclusive else _just(bound, rule.kind, -outward)
+            outside = _just(bound, rule.kind, outward) if not exclusive else bound
+            assert validation_problems({**values, name: cast(inside)}) == [], (name, inside)
+            problems = validation_problems({**values, name: cast(outside)})
+            assert any(name in p or p.startswith(name.split(".")[0]) for p in problems), (name, outside, problems)
+            checked += 1
+    assert checked >= 30
+    assert rules["decoding.top_p"].describe() == "> 0, <= 1"
+    assert rules["model.dtype"].choices == ("bfloat16", "float16", "float32")
+    assert rules["cameras.names"].kind == "strings" and rules["debug.camera_pose"].kind == "numbers"
+
+
+def test_change_problems_blame_only_the_change() -> None:
+    from wam_diff2_ros.ros.params import change_problems, needs_reconfigure
+
+    current = {"model.path": str(REPO_ROOT), "planning.rate_hz": "abc"}  # a bad value waiting for its fix
+    assert change_problems(current, {"decoding.block_size": 16}) == []
+    problems = change_problems(current, {"decoding.block_size": 0})
+    assert "decoding.block_size: must be >= 1, got 0" in problems
+    assert not any("rate_hz" in p for p in problems)
+    assert needs_reconfigure("model.path") and needs_reconfigure("qos.image.depth")
+    assert not needs_reconfigure("planning.rate_hz") and not needs_reconfigure("sync.max_age_ms")
+    assert needs_reconfigure("vqa.enabled") and needs_reconfigure("outputs.some_new_option")  # safe default
+
+
+def test_every_default_declares_a_usable_type() -> None:
+    """The typed declaration takes each parameter's type from its default: an empty list would be declared a
+    byte array by rclpy (write [''] or [0.0] for "none"), and None has no type."""
+    for spec in PARAMETER_SPECS:
+        assert spec.default is not None, spec.name
+        assert not (isinstance(spec.default, (list, tuple)) and len(spec.default) == 0), spec.name

@@ -4,11 +4,12 @@ Modules:
 
 * :mod:`.node` — ``wam_diff2_node`` (lifecycle node, thin wiring; ``main()``);
 * :mod:`.runtime` — :class:`~.runtime.PlannerRuntime`: messages in → output messages out, no rclpy node;
-* :mod:`.conversions` — ROS messages → core samples / RGB arrays (all encodings), RGB → Image;
+* :mod:`.conversions` — ROS messages → core samples / RGB arrays (OpenCV, cv_bridge's table), RGB → Image;
 * :mod:`.outputs` — results → Path, PlannedTrajectory, MarkerArray, DetectionArray, Detection2DArray;
 * :mod:`.debug_image` — the ``~/debug/image`` drawing;
 * :mod:`.diagnostics` — health bookkeeping → ``/diagnostics``;
 * :mod:`.params` — parameter table, validation (:class:`~.params.NodeConfig`), YAML loading;
+* :mod:`.param_guard` — typed declarations derived from the table and the on-set guard (live / reconfigure);
 * :mod:`.qos`, :mod:`.dds` — QoS profiles, the Fast DDS profile variable.
 
 Replaying a bag through exactly the node's path (no DDS)::

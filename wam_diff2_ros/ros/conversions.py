@@ -5,36 +5,46 @@ No rclpy node is needed: the functions read message fields only (``sensor_msgs``
 rosbag replay tool share them. Every problem raises :class:`ImageConversionError` /
 :class:`~wam_diff2_ros.core.observation.InputError` with a message naming the field and value.
 
-Raw images (``sensor_msgs/Image``), all converted to HxWx3 uint8 RGB:
+Raw images (``sensor_msgs/Image``) are converted to HxWx3 uint8 RGB with OpenCV, following cv_bridge's
+conversion table (``cv_bridge.toCvCopy(msg, "rgb8")``), so the pixels are identical to cv_bridge's:
 
-=====================================  ===================================================
-``rgb8`` ``bgr8`` ``rgba8`` ``bgra8``  channel reorder; alpha dropped
-``mono8`` ``8UC1``                     grey replicated to three channels
-``mono16`` ``16UC1``                   high byte (value / 256), ``is_bigendian`` respected
-``rgb16`` ``bgr16`` ``rgba16`` ``bgra16``  high byte per channel
-``yuv422`` / ``uyvy`` (U Y0 V Y1)      BT.601 limited range, as OpenCV/cv_bridge
-``yuv422_yuy2`` / ``yuyv`` (Y0 U Y1 V)  same coefficients
-``bayer_rggb8`` ``bggr8`` ``gbrg8`` ``grbg8``  2×2 cell demosaic (each cell's R, mean G, B)
-=====================================  ===================================================
+==============================================  =====================================================
+``rgb8`` ``bgr8`` ``rgba8`` ``bgra8``           channel reorder (``cvtColor``), alpha dropped
+``mono8``                                       ``COLOR_GRAY2RGB``
+``rgb16`` ``bgr16`` ``rgba16`` ``bgra16``       as the 8-bit ones, then 16 → 8 bit as cv_bridge:
+``mono16``                                      ``convertTo(CV_8U, 255/65535)`` = round(v / 257);
+                                                ``is_bigendian`` respected
+``yuv422`` = ``uyvy`` (U Y0 V Y1)               ``COLOR_YUV2RGB_UYVY`` (BT.601 limited range)
+``yuv422_yuy2`` = ``yuyv`` (Y0 U Y1 V)          ``COLOR_YUV2RGB_YUY2``
+``bayer_{rggb,bggr,gbrg,grbg}{8,16}``           ``COLOR_Bayer{BG,RG,GR,GB}2RGB`` (16 bit: demosaic, then
+                                                scale)
+``nv21`` (Y plane, then V U rows, 4:2:0)        ``COLOR_YUV2RGB_NV21``; cv_bridge has no entry
+``nv24`` (Y plane, then U V rows, 4:4:4)        OpenCV's 4:2:2 arithmetic per pixel; cv_bridge has none
+``8UC1`` ``8UC3`` ``8UC4`` ``16UC1/3/4``        read as OpenCV's grey / BGR / BGRA (what
+                                                ``cv2_to_imgmsg`` publishes); cv_bridge passes these
+                                                through only
+==============================================  =====================================================
 
-Row padding (``step`` > width × bytes per pixel) is handled; ``step`` too small, too little data, an
-odd width for YUV 4:2:2, a zero-sized image or an unknown encoding are errors. Compressed images
-(``sensor_msgs/CompressedImage``): JPEG and PNG (8 or 16 bit, grey, RGB, RGBA, palette), recognised
-by their magic bytes, so every ``format`` string image_transport writes (``jpeg``, ``png``,
-``bgr8; jpeg compressed bgr8``) works; ``compressedDepth`` is refused.
+Row padding (``step`` > width × bytes per pixel) is handled; NV21/NV24 carry ``height`` Y rows of
+``step`` bytes, then ``height / 2`` (NV21) or ``height`` rows of ``2 × step`` bytes (NV24) of chroma.
+``step`` too small, too little data, an odd width for YUV 4:2:2 (odd sizes for NV21), a zero-sized image
+or an unknown encoding are errors. Compressed images (``sensor_msgs/CompressedImage``): JPEG and PNG
+(8 or 16 bit, grey, RGB, RGBA, palette) decoded with ``cv2.imdecode(IMREAD_UNCHANGED)`` as cv_bridge does,
+recognised by their magic bytes, so every ``format`` string image_transport writes (``jpeg``, ``png``,
+``bgr8; jpeg compressed bgr8``) works; a truncated JPEG and ``compressedDepth`` are refused.
 
 Header checks: a zero stamp is refused (the planner relates inputs by stamp).
 """
 
 from __future__ import annotations
 
-import io
 import math
-from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from wam_diff2_ros.core.image_headers import JPEG_MAGIC, PNG_MAGIC, jpeg_header, png_header
 from wam_diff2_ros.core.observation import (
     NS_PER_S,
     AccelerationSample,
@@ -89,135 +99,190 @@ def header_stamp_ns(msg: Any, what: str) -> int:
 
 # ---------------------------------------------------------------------------------------------------
 # Raw images
-
-# encoding -> (bytes per pixel, decoder(array of shape (H, W*bpp) uint8 rows, width, bigendian) -> RGB)
-_Decoder = Callable[[np.ndarray, int, bool], np.ndarray]
-
-
-def _channels(rows: np.ndarray, width: int, count: int) -> np.ndarray:
-    return rows.reshape(rows.shape[0], width, count)
-
-
-def _high_bytes16(rows: np.ndarray, width: int, count: int, bigendian: bool) -> np.ndarray:
-    dtype = np.dtype(">u2" if bigendian else "<u2")
-    values = np.ascontiguousarray(rows).view(dtype).reshape(rows.shape[0], width, count)
-    return (values >> 8).astype(np.uint8)
+#
+# The conversion to RGB follows cv_bridge's ``toCvCopy(msg, "rgb8")`` (cv_bridge.cpp: getCvType,
+# getEncoding, getConversionCodes, getConversionCode, toCvCopyImpl; ros-perception/vision_opencv):
+# the rows are viewed as an OpenCV matrix of the encoding's type, byte-swapped to native order when
+# ``is_bigendian`` says so, converted with the table's ``cv2.cvtColor`` code and, for 16-bit sources,
+# scaled to 8 bits as ``Mat::convertTo(CV_8U, 255/65535)`` does (round(v / 257); not the high byte).
 
 
-def _grey_to_rgb(grey: np.ndarray) -> np.ndarray:
-    return np.repeat(grey[:, :, None], 3, axis=2)
+@dataclass(frozen=True)
+class _RawFormat:
+    """How one ``sensor_msgs/Image`` encoding is laid out and converted to RGB."""
+
+    channels: int  # values per pixel in a row (YUV 4:2:2: 2; NV21/NV24: 1, the Y plane)
+    depth: int  # bytes per value: 1 or 2
+    code: str | None  # cv2 colour conversion code name (None: the rows already are RGB)
+    layout: str = "packed"  # packed | nv21 | nv24
 
 
-def _yuv_to_rgb(y: np.ndarray, u: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """BT.601 limited-range YUV → RGB (the coefficients OpenCV's YUV 4:2:2 conversions use)."""
-    c = (y.astype(np.float32) - 16.0) * 1.164
-    d = u.astype(np.float32) - 128.0
-    e = v.astype(np.float32) - 128.0
-    rgb = np.stack([c + 1.596 * e, c - 0.391 * d - 0.813 * e, c + 2.018 * d], axis=-1)
-    return np.clip(np.rint(rgb), 0, 255).astype(np.uint8)
+def _bayer_code(opencv_pattern: str) -> str:
+    return f"COLOR_Bayer{opencv_pattern}2RGB"
 
 
-def _yuv422(order: str) -> _Decoder:
-    """Decoder for packed 4:2:2 with byte order ``order`` (e.g. ``"UYVY"``)."""
-    index = {name: order.index(name) for name in "UV"}
-    y_positions = [i for i, name in enumerate(order) if name == "Y"]
+# ROS Bayer names give the top-left 2x2 cell; OpenCV's give the second row's 2nd and 3rd pixels, so
+# ROS rggb is OpenCV BG, bggr is RG, gbrg is GR, grbg is GB (cv_bridge's table).
+_BAYER = {"rggb": "BG", "bggr": "RG", "gbrg": "GR", "grbg": "GB"}
 
-    def decode(rows: np.ndarray, width: int, bigendian: bool) -> np.ndarray:
-        if width % 2:
-            raise ImageConversionError(f"YUV 4:2:2 needs an even width, got {width}")
-        macro = rows.reshape(rows.shape[0], width // 2, 4)
-        y = np.empty((rows.shape[0], width), dtype=np.uint8)
-        y[:, 0::2] = macro[:, :, y_positions[0]]
-        y[:, 1::2] = macro[:, :, y_positions[1]]
-        u = np.repeat(macro[:, :, index["U"]], 2, axis=1)
-        v = np.repeat(macro[:, :, index["V"]], 2, axis=1)
-        return _yuv_to_rgb(y, u, v)
-
-    return decode
-
-
-def _bayer(pattern: str) -> _Decoder:
-    """2×2 cell demosaic for a Bayer ``pattern`` (cell positions (0,0) (0,1) (1,0) (1,1), e.g. ``"RGGB"``)."""
-
-    def decode(rows: np.ndarray, width: int, bigendian: bool) -> np.ndarray:
-        height = rows.shape[0]
-        if width % 2 or height % 2:
-            raise ImageConversionError(f"Bayer images need even sizes, got {width}x{height}")
-        raw = rows.reshape(height, width).astype(np.uint16)
-        planes = [raw[0::2, 0::2], raw[0::2, 1::2], raw[1::2, 0::2], raw[1::2, 1::2]]
-        red = planes[pattern.index("R")]
-        blue = planes[pattern.index("B")]
-        greens = [planes[i] for i, letter in enumerate(pattern) if letter == "G"]
-        green = (greens[0] + greens[1] + 1) // 2
-        rgb = np.stack([red, green, blue], axis=-1).astype(np.uint8)
-        return np.repeat(np.repeat(rgb, 2, axis=0), 2, axis=1)
-
-    return decode
-
-
-_DECODERS: dict[str, tuple[int, _Decoder]] = {
-    "rgb8": (3, lambda r, w, b: _channels(r, w, 3)),
-    "bgr8": (3, lambda r, w, b: _channels(r, w, 3)[:, :, ::-1]),
-    "rgba8": (4, lambda r, w, b: _channels(r, w, 4)[:, :, :3]),
-    "bgra8": (4, lambda r, w, b: _channels(r, w, 4)[:, :, 2::-1]),
-    "mono8": (1, lambda r, w, b: _grey_to_rgb(_channels(r, w, 1)[:, :, 0])),
-    "8UC1": (1, lambda r, w, b: _grey_to_rgb(_channels(r, w, 1)[:, :, 0])),
-    "mono16": (2, lambda r, w, b: _grey_to_rgb(_high_bytes16(r, w, 1, b)[:, :, 0])),
-    "16UC1": (2, lambda r, w, b: _grey_to_rgb(_high_bytes16(r, w, 1, b)[:, :, 0])),
-    "rgb16": (6, lambda r, w, b: _high_bytes16(r, w, 3, b)),
-    "bgr16": (6, lambda r, w, b: _high_bytes16(r, w, 3, b)[:, :, ::-1]),
-    "rgba16": (8, lambda r, w, b: _high_bytes16(r, w, 4, b)[:, :, :3]),
-    "bgra16": (8, lambda r, w, b: _high_bytes16(r, w, 4, b)[:, :, 2::-1]),
-    "yuv422": (2, _yuv422("UYVY")),
-    "uyvy": (2, _yuv422("UYVY")),
-    "yuv422_yuy2": (2, _yuv422("YUYV")),
-    "yuyv": (2, _yuv422("YUYV")),
-    "bayer_rggb8": (1, _bayer("RGGB")),
-    "bayer_bggr8": (1, _bayer("BGGR")),
-    "bayer_gbrg8": (1, _bayer("GBRG")),
-    "bayer_grbg8": (1, _bayer("GRBG")),
+_FORMATS: dict[str, _RawFormat] = {
+    "rgb8": _RawFormat(3, 1, None),
+    "bgr8": _RawFormat(3, 1, "COLOR_BGR2RGB"),
+    "rgba8": _RawFormat(4, 1, "COLOR_RGBA2RGB"),
+    "bgra8": _RawFormat(4, 1, "COLOR_BGRA2RGB"),
+    "mono8": _RawFormat(1, 1, "COLOR_GRAY2RGB"),
+    "rgb16": _RawFormat(3, 2, None),
+    "bgr16": _RawFormat(3, 2, "COLOR_BGR2RGB"),
+    "rgba16": _RawFormat(4, 2, "COLOR_RGBA2RGB"),
+    "bgra16": _RawFormat(4, 2, "COLOR_BGRA2RGB"),
+    "mono16": _RawFormat(1, 2, "COLOR_GRAY2RGB"),
+    # UYVY (deprecated name yuv422) and YUYV (deprecated name yuv422_yuy2), BT.601 limited range.
+    "yuv422": _RawFormat(2, 1, "COLOR_YUV2RGB_UYVY"),
+    "uyvy": _RawFormat(2, 1, "COLOR_YUV2RGB_UYVY"),
+    "yuv422_yuy2": _RawFormat(2, 1, "COLOR_YUV2RGB_YUY2"),
+    "yuyv": _RawFormat(2, 1, "COLOR_YUV2RGB_YUY2"),
+    # Semi-planar: a Y plane, then chroma. cv_bridge's table has no entry for these sensor_msgs
+    # encodings; NV21 (4:2:0, V before U) uses OpenCV's own code, NV24 (4:4:4, U before V) OpenCV's
+    # 4:2:2 arithmetic with each pixel paired with itself (OpenCV has no NV24 code).
+    "nv21": _RawFormat(1, 1, "COLOR_YUV2RGB_NV21", layout="nv21"),
+    "nv24": _RawFormat(1, 1, "COLOR_YUV2RGB_YUY2", layout="nv24"),
+    # OpenCV type names: cv_bridge only passes these through (its table refuses to colour-convert
+    # them); they are read as OpenCV's own layouts, i.e. what cv2_to_imgmsg publishes for a cv2 image.
+    "8UC1": _RawFormat(1, 1, "COLOR_GRAY2RGB"),
+    "8UC3": _RawFormat(3, 1, "COLOR_BGR2RGB"),
+    "8UC4": _RawFormat(4, 1, "COLOR_BGRA2RGB"),
+    "16UC1": _RawFormat(1, 2, "COLOR_GRAY2RGB"),
+    "16UC3": _RawFormat(3, 2, "COLOR_BGR2RGB"),
+    "16UC4": _RawFormat(4, 2, "COLOR_BGRA2RGB"),
+    **{
+        f"bayer_{ros}{bits}": _RawFormat(1, bits // 8, _bayer_code(cv))
+        for ros, cv in _BAYER.items()
+        for bits in (8, 16)
+    },
 }
 
-SUPPORTED_ENCODINGS: tuple[str, ...] = tuple(_DECODERS)
+SUPPORTED_ENCODINGS: tuple[str, ...] = tuple(_FORMATS)
+
+
+def _cv2() -> Any:
+    try:
+        import cv2
+    except ImportError as exc:  # pragma: no cover - a dependency of the package
+        raise ImageConversionError(
+            "OpenCV (cv2) is not importable: pip install opencv-python-headless, or apt install python3-opencv"
+        ) from exc
+    return cv2
+
+
+def _code(cv2: Any, name: str) -> int:
+    return int(getattr(cv2, name))
+
+
+def _alias(encoding: str) -> str:
+    """``8UC`` (no count) is one channel, as sensor_msgs' image_encodings reads it."""
+    return encoding + "1" if encoding in ("8UC", "16UC") else encoding
+
+
+def _row_bytes(fmt: _RawFormat, width: int) -> int:
+    return width * fmt.channels * fmt.depth
+
+
+def _plane_rows(fmt: _RawFormat, height: int) -> int:
+    """Rows of ``step`` bytes the data must hold (semi-planar formats carry their chroma after Y)."""
+    if fmt.layout == "nv21":
+        return height + height // 2
+    if fmt.layout == "nv24":
+        return 3 * height
+    return height
 
 
 def raw_image_problem(msg: Any) -> str | None:
     """Why a ``sensor_msgs/Image`` cannot be converted (cheap header checks), None when it can."""
-    encoding = str(msg.encoding)
+    encoding = _alias(str(msg.encoding))
     width, height, step = int(msg.width), int(msg.height), int(msg.step)
-    if encoding not in _DECODERS:
-        return f"unsupported encoding {encoding!r} (supported: {', '.join(SUPPORTED_ENCODINGS)})"
+    fmt = _FORMATS.get(encoding)
+    if fmt is None:
+        return f"unsupported encoding {str(msg.encoding)!r} (supported: {', '.join(SUPPORTED_ENCODINGS)})"
     if width == 0 or height == 0:
         return f"image has no pixels ({width}x{height})"
     if width * height > MAX_IMAGE_PIXELS:
         return f"image of {width}x{height} exceeds {MAX_IMAGE_PIXELS} pixels"
-    bytes_per_pixel = _DECODERS[encoding][0]
-    row_bytes = width * bytes_per_pixel
+    row_bytes = _row_bytes(fmt, width)
     if step < row_bytes:
+        bytes_per_pixel = fmt.channels * fmt.depth
         return f"step {step} is smaller than width {width} × {bytes_per_pixel} bytes per pixel ({encoding})"
-    if len(msg.data) < step * height:
-        return f"data has {len(msg.data)} bytes, expected step × height = {step} × {height} = {step * height}"
+    if fmt.channels == 2 and width % 2:
+        return f"YUV 4:2:2 needs an even width, got {width}"
+    if fmt.layout == "nv21" and (width % 2 or height % 2):
+        return f"NV21 needs an even width and height, got {width}x{height}"
+    rows = _plane_rows(fmt, height)
+    if len(msg.data) < step * rows:
+        what = "step × height" if rows == height else f"step × {rows} rows (Y plane and chroma)"
+        return f"data has {len(msg.data)} bytes, expected {what} = {step} × {rows} = {step * rows}"
     return None
 
 
+def _scale_to_8bit(cv2: Any, values: np.ndarray) -> np.ndarray:
+    """cv_bridge's 16 → 8 bit depth change: ``convertTo(CV_8U, 255.0 / 65535.0)``, i.e. round(v / 257)."""
+    return cv2.convertScaleAbs(values, alpha=255.0 / 65535.0)
+
+
+def _convert_packed(cv2: Any, fmt: _RawFormat, buffer: np.ndarray, width: int, height: int, big: bool) -> np.ndarray:
+    rows = buffer[:height, : _row_bytes(fmt, width)]
+    if fmt.depth == 2:
+        values = np.ascontiguousarray(rows).view(">u2" if big else "<u2")
+        # Native byte order, as cv_bridge's matFromImage swaps bytes (no copy when already native).
+        image = values.astype(np.uint16, copy=False).reshape(height, width, fmt.channels)
+        if fmt.code is not None and "Bayer" in fmt.code:
+            # Demosaic at full depth, then scale (the order of cv_bridge's table).
+            return _scale_to_8bit(cv2, cv2.cvtColor(image[:, :, 0], _code(cv2, fmt.code)))
+        image = _scale_to_8bit(cv2, image)  # channel copies commute with the scaling: scale first
+    else:
+        image = rows.reshape(height, width, fmt.channels)
+    if fmt.code is None:
+        return image.copy() if fmt.depth == 1 else image  # never a view of msg.data
+    source = image.reshape(height, width) if fmt.channels == 1 else image
+    return cv2.cvtColor(source, _code(cv2, fmt.code))
+
+
+def _convert_semi_planar(cv2: Any, fmt: _RawFormat, buffer: np.ndarray, width: int, height: int) -> np.ndarray:
+    if fmt.layout == "nv21":
+        planes = buffer[: height + height // 2, :width]  # Y rows, then V U interleaved rows
+        return cv2.cvtColor(planes, _code(cv2, fmt.code or ""))
+    step = buffer.shape[1]
+    luma = np.ascontiguousarray(buffer[:height, :width]).reshape(height, width, 1)
+    chroma = np.ascontiguousarray(buffer[height : 3 * height].reshape(height, 2 * step)[:, : 2 * width])
+    pairs = np.empty((height, width, 4), dtype=np.uint8)  # Y U Y V: one 4:2:2 pair per 4:4:4 pixel
+    cv2.mixChannels([luma, chroma.reshape(height, width, 2)], [pairs], [0, 0, 1, 1, 0, 2, 2, 3])
+    doubled = cv2.cvtColor(pairs.reshape(height, 2 * width, 2), _code(cv2, fmt.code or ""))
+    rgb = np.empty((height, width, 3), dtype=np.uint8)
+    cv2.mixChannels([doubled.reshape(height, width, 6)], [rgb], [0, 0, 1, 1, 2, 2])  # every first pixel
+    return rgb
+
+
 def image_msg_to_rgb(msg: Any) -> np.ndarray:
-    """``sensor_msgs/Image`` → HxWx3 uint8 RGB (a new array; see the module docstring for encodings)."""
+    """``sensor_msgs/Image`` → HxWx3 uint8 RGB, pixel-identical to cv_bridge's ``toCvCopy(msg, "rgb8")``
+    (a new array; see the module docstring for the encodings)."""
     problem = raw_image_problem(msg)
     if problem:
         raise ImageConversionError(problem)
-    encoding = str(msg.encoding)
+    cv2 = _cv2()
+    fmt = _FORMATS[_alias(str(msg.encoding))]
     width, height, step = int(msg.width), int(msg.height), int(msg.step)
-    bytes_per_pixel, decode = _DECODERS[encoding]
-    buffer = np.frombuffer(msg.data, dtype=np.uint8, count=step * height).reshape(height, step)
-    rows = buffer[:, : width * bytes_per_pixel]
-    return np.ascontiguousarray(decode(rows, width, bool(msg.is_bigendian)), dtype=np.uint8)
+    rows = _plane_rows(fmt, height)
+    buffer = np.frombuffer(msg.data, dtype=np.uint8, count=step * rows).reshape(rows, step)
+    try:
+        if fmt.layout == "packed":
+            rgb = _convert_packed(cv2, fmt, buffer, width, height, bool(msg.is_bigendian))
+        else:
+            rgb = _convert_semi_planar(cv2, fmt, buffer, width, height)
+    except cv2.error as exc:  # e.g. a Bayer image too small to demosaic
+        raise ImageConversionError(f"OpenCV cannot convert this {msg.encoding} image: {exc}") from exc
+    return np.ascontiguousarray(rgb, dtype=np.uint8)
 
 
 # ---------------------------------------------------------------------------------------------------
 # Compressed images
-
-_JPEG_MAGIC = b"\xff\xd8\xff"
-_PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def compressed_image_problem(msg: Any) -> str | None:
@@ -228,44 +293,52 @@ def compressed_image_problem(msg: Any) -> str | None:
     if len(msg.data) == 0:
         return "compressed image has no data"
     head = bytes(msg.data[:8])
-    if not (head.startswith(_JPEG_MAGIC) or head.startswith(_PNG_MAGIC)):
+    if not (head.startswith(JPEG_MAGIC) or head.startswith(PNG_MAGIC)):
         return f"data is neither JPEG nor PNG (format {fmt!r}, first bytes {head.hex()})"
     return None
 
 
-def _pil_to_rgb(picture: Any) -> np.ndarray:
-    mode = picture.mode
-    if mode in ("I;16", "I;16B", "I;16L", "I"):
-        values = np.asarray(picture).astype(np.uint32)
-        if mode == "I" and values.max(initial=0) > 65535:
-            raise ImageConversionError("32-bit PNG images are not supported")
-        return _grey_to_rgb((values >> 8).astype(np.uint8))
-    if mode != "RGB":
-        picture = picture.convert("RGB")
-    return np.asarray(picture, dtype=np.uint8)
+def _decoded_to_rgb(cv2: Any, image: np.ndarray) -> np.ndarray:
+    """What ``cv2.imdecode(..., IMREAD_UNCHANGED)`` gives (grey, BGR or BGRA; 8 or 16 bit) → RGB, with the
+    table above (cv_bridge labels the decode mono8/bgr8/bgra8 by its channel count). A 16-bit PNG is scaled
+    with the Image table's 16 → 8 bit rule; cv_bridge's compressed path would hand back 16-bit values labelled
+    8-bit there."""
+    if image.dtype == np.uint16:
+        image = _scale_to_8bit(cv2, image)
+    elif image.dtype != np.uint8:
+        raise ImageConversionError(f"decoded image has unsupported depth {image.dtype}")
+    channels = 1 if image.ndim == 2 else image.shape[2]
+    codes = {1: "COLOR_GRAY2RGB", 3: "COLOR_BGR2RGB", 4: "COLOR_BGRA2RGB"}
+    if channels not in codes:
+        raise ImageConversionError(f"decoded image has {channels} channels")
+    return cv2.cvtColor(image, _code(cv2, codes[channels]))
 
 
 def compressed_msg_to_rgb(msg: Any) -> np.ndarray:
-    """``sensor_msgs/CompressedImage`` (JPEG/PNG) → HxWx3 uint8 RGB; corrupt or truncated data raises."""
-    from PIL import Image as PILImage
-
+    """``sensor_msgs/CompressedImage`` (JPEG/PNG) → HxWx3 uint8 RGB with ``cv2.imdecode`` (as cv_bridge,
+    EXIF orientation ignored); corrupt or truncated data raises :class:`ImageConversionError`."""
     problem = compressed_image_problem(msg)
     if problem:
         raise ImageConversionError(problem)
-    kind = "JPEG" if bytes(msg.data[:3]) == _JPEG_MAGIC else "PNG"
+    cv2 = _cv2()
+    data = np.frombuffer(msg.data, dtype=np.uint8)
+    kind = "JPEG" if bytes(data[:3]) == JPEG_MAGIC else "PNG"
+    # The headers first: libjpeg decodes a truncated stream with a warning (grey rows where data is missing),
+    # and an image too large to decode must be refused before it is allocated.
+    size = jpeg_header(data) if kind == "JPEG" else png_header(data)
+    if isinstance(size, str):
+        raise ImageConversionError(f"corrupt {kind} data ({size})")
+    if size[0] * size[1] > MAX_IMAGE_PIXELS:
+        raise ImageConversionError(f"{kind} of {size[0]}x{size[1]} exceeds {MAX_IMAGE_PIXELS} pixels (not decoded)")
     try:
-        with PILImage.open(io.BytesIO(bytes(msg.data))) as picture:
-            picture.load()
-            if picture.width * picture.height > MAX_IMAGE_PIXELS:
-                raise ImageConversionError(f"image of {picture.width}x{picture.height} is too large")
-            rgb = _pil_to_rgb(picture)
-    except ImageConversionError:
-        raise
-    except Exception as exc:  # PIL raises OSError, SyntaxError, ValueError, DecompressionBombError ...
-        raise ImageConversionError(f"corrupt {kind} data ({type(exc).__name__}: {exc})") from exc
-    if rgb.shape[0] == 0 or rgb.shape[1] == 0:
-        raise ImageConversionError(f"image has no pixels ({rgb.shape[1]}x{rgb.shape[0]})")
-    return np.ascontiguousarray(rgb)
+        image = cv2.imdecode(data, cv2.IMREAD_UNCHANGED)
+    except cv2.error as exc:
+        raise ImageConversionError(f"corrupt {kind} data ({exc})") from exc
+    if image is None or image.size == 0:
+        raise ImageConversionError(f"corrupt {kind} data (OpenCV could not decode it)")
+    if image.shape[0] * image.shape[1] > MAX_IMAGE_PIXELS:
+        raise ImageConversionError(f"image of {image.shape[1]}x{image.shape[0]} is too large")
+    return np.ascontiguousarray(_decoded_to_rgb(cv2, image))
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ raised together as one :class:`ParameterError` naming each parameter.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -182,6 +183,101 @@ PARAMETER_SPECS: tuple[ParameterSpec, ...] = (
 
 SPEC_BY_NAME: dict[str, ParameterSpec] = {spec.name: spec for spec in PARAMETER_SPECS}
 
+#: Read once, when the node is constructed: declared read-only.
+READ_ONLY_PARAMETERS = frozenset({"autostart"})
+#: Sections read where they are used (the next plan, detection, answer or timer period): a change applies
+#: live. Everything else shapes the model, subscriptions or publishers (``model.*``, ``cameras.*``, ``qos.*``,
+#: and any new section until it is listed here): on a configured node a change is refused ("takes effect after
+#: reconfigure"); an unconfigured node accepts it for its next configure. Never accepted and ignored.
+LIVE_PREFIXES = (
+    "decoding.",
+    "prompt.",
+    "planning.",
+    "sync.",
+    "acceleration.",
+    "command.",
+    "detection.",
+    "markers.",
+    "diagnostics.",
+    "vqa.",
+    "debug.",
+)
+#: Exceptions inside the live sections: they create or remove a subscription or publisher.
+RECONFIGURE_PARAMETERS = frozenset({"vqa.enabled", "debug.image"})
+
+
+def needs_reconfigure(name: str) -> bool:
+    """True when a change of ``name`` only takes effect at the next configure."""
+    return name in RECONFIGURE_PARAMETERS or not name.startswith(LIVE_PREFIXES)
+
+
+@dataclass(frozen=True)
+class ParameterRule:
+    """What validation checks for one parameter, as recorded from :meth:`NodeConfig.from_parameters` (the
+    typed ROS declarations derive their ranges and constraints from it; see :func:`parameter_rules`)."""
+
+    kind: str  # boolean | integer | number | text | strings | numbers
+    minimum: float | None = None
+    maximum: float | None = None
+    exclusive_minimum: bool = False
+    exclusive_maximum: bool = False
+    choices: tuple[str, ...] | None = None
+
+    def describe(self) -> str:
+        """The constraint in words (``> 0``, ``in [0, 1]``, ``one of a|b``), '' without one."""
+        if self.choices:
+            return "one of " + "|".join(self.choices)
+        low = None if self.minimum is None else ("> " if self.exclusive_minimum else ">= ") + f"{self.minimum:g}"
+        high = None if self.maximum is None else ("< " if self.exclusive_maximum else "<= ") + f"{self.maximum:g}"
+        return ", ".join(part for part in (low, high) if part)
+
+
+def parameter_rules() -> dict[str, ParameterRule]:
+    """Every parameter's :class:`ParameterRule`: validation runs once on the defaults and records what it
+    checks, so a parameter added to :data:`PARAMETER_SPECS` and validated in :meth:`NodeConfig.from_parameters`
+    gets its declaration's range without a second table. Parameters validation never reads get a rule of
+    their default's kind."""
+    if not _RULES:
+        reader = _Reader({spec.name: spec.default for spec in PARAMETER_SPECS})
+        with contextlib.suppress(ParameterError):  # a default that does not validate: its test reports it
+            reader.build(NodeConfig, require_model=False)
+        for spec in PARAMETER_SPECS:
+            _RULES[spec.name] = reader.rules.get(spec.name) or ParameterRule(_kind_of(spec.default))
+    return dict(_RULES)
+
+
+_RULES: dict[str, ParameterRule] = {}
+
+
+def _kind_of(value: Any) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "text"
+    if isinstance(value, (list, tuple)) and value and all(isinstance(v, str) for v in value):
+        return "strings"
+    return "numbers"
+
+
+def validation_problems(values: Mapping[str, Any], require_model: bool = True) -> list[str]:
+    """The problems :meth:`NodeConfig.from_parameters` reports for ``values`` (empty when they validate)."""
+    try:
+        NodeConfig.from_parameters(values, require_model=require_model)
+    except ParameterError as exc:
+        return [line.strip() for line in str(exc).splitlines()[1:]]
+    return []
+
+
+def change_problems(current: Mapping[str, Any], changes: Mapping[str, Any], require_model: bool = True) -> list[str]:
+    """Problems that setting ``changes`` on top of ``current`` introduces (problems ``current`` already has,
+    e.g. a bad override waiting for its fix, are not blamed on an unrelated change)."""
+    before = set(validation_problems(current, require_model))
+    return [p for p in validation_problems({**current, **changes}, require_model) if p not in before]
+
 
 @dataclass(frozen=True)
 class QosSettings:
@@ -261,11 +357,13 @@ class _Reader:
     def __init__(self, values: dict[str, Any]) -> None:
         self.values = values
         self.errors: list[str] = []
+        self.rules: dict[str, ParameterRule] = {}
 
     def fail(self, name: str, problem: str) -> None:
         self.errors.append(f"{name}: {problem}")
 
     def boolean(self, name: str) -> bool:
+        self.rules.setdefault(name, ParameterRule("boolean"))
         value = self.values[name]
         if isinstance(value, bool):
             return value
@@ -273,6 +371,7 @@ class _Reader:
         return bool(SPEC_BY_NAME[name].default)
 
     def integer(self, name: str, minimum: int | None = None) -> int:
+        self.rules.setdefault(name, ParameterRule("integer", minimum=minimum))
         value = self.values[name]
         if isinstance(value, bool) or not isinstance(value, int):
             if isinstance(value, float) and value.is_integer():
@@ -284,7 +383,17 @@ class _Reader:
             self.fail(name, f"must be >= {minimum}, got {value}")
         return int(value)
 
-    def number(self, name: str, minimum: float | None = None, positive: bool = False) -> float:
+    def number(
+        self,
+        name: str,
+        minimum: float | None = None,
+        positive: bool = False,
+        maximum: float | None = None,
+        exclusive_maximum: bool = False,
+    ) -> float:
+        low = 0.0 if positive and minimum is None else minimum
+        rule = ParameterRule("number", low, maximum, positive and minimum is None, exclusive_maximum)
+        self.rules.setdefault(name, rule)
         value = self.values[name]
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(float(value)):
             self.fail(name, f"expected a finite number, got {value!r}")
@@ -294,9 +403,12 @@ class _Reader:
             self.fail(name, f"must be > 0, got {number:g}")
         if minimum is not None and number < minimum:
             self.fail(name, f"must be >= {minimum:g}, got {number:g}")
+        if maximum is not None and (number >= maximum if exclusive_maximum else number > maximum):
+            self.fail(name, f"must be {'<' if exclusive_maximum else '<='} {maximum:g}, got {number:g}")
         return number
 
     def text(self, name: str, choices: Sequence[str] | None = None) -> str:
+        self.rules.setdefault(name, ParameterRule("text", choices=tuple(choices) if choices else None))
         value = self.values[name]
         if not isinstance(value, str):
             self.fail(name, f"expected a string, got {value!r}")
@@ -306,6 +418,7 @@ class _Reader:
         return value
 
     def strings(self, name: str) -> list[str]:
+        self.rules.setdefault(name, ParameterRule("strings"))
         value = self.values[name]
         if isinstance(value, str):
             return [value]
@@ -317,6 +430,7 @@ class _Reader:
         return list(SPEC_BY_NAME[name].default)
 
     def numbers(self, name: str) -> list[float]:
+        self.rules.setdefault(name, ParameterRule("numbers"))
         value = self.values[name]
         if isinstance(value, (list, tuple)) and all(
             isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(float(v)) for v in value
@@ -338,9 +452,9 @@ class _Reader:
                 denoising_steps=self.integer("decoding.denoising_steps", 1),
                 temperature=self.number("decoding.temperature", minimum=0.0),
                 top_k=self.integer("decoding.top_k", 0),
-                top_p=self.number("decoding.top_p"),
+                top_p=self.number("decoding.top_p", positive=True, maximum=1.0),
                 remasking_strategy=self.text("decoding.remasking_strategy", REMASKING_STRATEGIES),
-                confidence_threshold=self.number("decoding.confidence_threshold"),
+                confidence_threshold=self.number("decoding.confidence_threshold", positive=True, maximum=1.0),
                 engine=self.text("decoding.engine", ENGINES),
                 cuda_graphs=self.boolean("decoding.cuda_graphs"),
                 seed=None if seed < 0 else seed,
@@ -476,6 +590,8 @@ class _Reader:
                         self.boolean(f"planning.kinematics.{name}")
                         if name == "allow_reverse"
                         else self.number(f"planning.kinematics.{name}", minimum=0.0)
+                        if name == "max_backward_m"
+                        else self.number(f"planning.kinematics.{name}", positive=True)
                     )
                     for name in _KINEMATICS_DESCRIPTIONS
                 }
@@ -531,7 +647,9 @@ class _Reader:
             template=template,
             system=system_text or None,
             cameras=cameras,
-            fallback_hfov_deg=self.number("cameras.fallback_hfov_deg", positive=True),
+            fallback_hfov_deg=self.number(
+                "cameras.fallback_hfov_deg", positive=True, maximum=180.0, exclusive_maximum=True
+            ),
             rate_hz=rate_hz,
             frame_id=frame_id or "base_link",
             max_plan_age_s=self.number("planning.max_plan_age_s", positive=True),
@@ -552,8 +670,6 @@ class _Reader:
             debug_image=self.boolean("debug.image"),
             debug_camera_pose=pose,
         )
-        if not 0 < config.fallback_hfov_deg < 180:
-            self.fail("cameras.fallback_hfov_deg", f"must be in (0, 180), got {config.fallback_hfov_deg:g}")
         unknown = sorted(set(self.values) - set(SPEC_BY_NAME) - {"use_sim_time", "start_type_description_service"})
         known_prefixes = tuple(s.name.split(".")[0] + "." for s in PARAMETER_SPECS if "." in s.name)
         for name in unknown:

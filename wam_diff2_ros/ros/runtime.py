@@ -107,6 +107,17 @@ class PlannerRuntime:
         self.latest_detection: DetectionResult | None = None
         self._detection_marker_counts: dict[str, int] = {}
 
+    def apply_config(self, config: NodeConfig) -> None:
+        """Use ``config`` from the next input / instant on (a live parameter change: sync limits, acceleration
+        filter, decoding and planning options, marker lifetimes ...); cameras must not change."""
+        if config.camera_names != self.config.camera_names:
+            raise ValueError("cameras cannot change on a configured runtime (reconfigure)")
+        self.config = config
+        self.buffer.sync = config.sync
+        self.buffer.acceleration_filter = config.acceleration_filter
+        self.buffer.fallback_hfov_deg = config.fallback_hfov_deg
+        self.pipeline.config = config.planning
+
     # ---- inputs (each returns None, or the problem that made it drop the message)
 
     def _guard(self, name: str, store: Callable[[], None]) -> InputProblem | None:

@@ -15,7 +15,8 @@ only from PyPI wheels, this tool does the same with CMake against the venv:
 4. checks in a fresh interpreter that ``from wam_diff2_ros.msg import PlannedTrajectory`` works.
 
 Usage: ``wam-diff2-build-interfaces`` (or ``python -m wam_diff2_ros.tools.build_interfaces``) from
-the source checkout, with the venv's Python.
+the source checkout, with the venv's Python. ``--fix-cmake-only`` does step 1 alone (what a ``colcon
+build`` against the wheels needs first; ``scripts/colcon_build.sh`` runs it).
 """
 
 from __future__ import annotations
@@ -365,6 +366,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--clean", action="store_true", help="delete the build directory first")
     parser.add_argument("--no-fix-cmake", action="store_true", help="do not rewrite the wheels' exported .cmake files")
     parser.add_argument("--uninstall", action="store_true", help="remove a previous install and exit")
+    parser.add_argument(
+        "--fix-cmake-only",
+        action="store_true",
+        help="only rewrite the wheels' exported .cmake include dirs (before a colcon build) and exit",
+    )
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error("--jobs must be at least 1")
@@ -375,6 +381,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``wam-diff2-build-interfaces``."""
     args = parse_args(argv)
     try:
+        if args.fix_cmake_only:
+            changed = fix_exported_include_dirs(Path(sys.prefix), *python_include_dirs())
+            print(f"exported CMake include dirs: {len(changed)} file(s) in {sys.prefix} rewritten to this venv")
+            return 0
         prefix = args.prefix.resolve()
         if prefix == Path(sys.base_prefix).resolve() and sys.prefix == sys.base_prefix:
             raise BuildError(
