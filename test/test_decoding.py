@@ -82,6 +82,7 @@ class ScriptedBackbone:
 
 def decode(backbone, config, batch=1, prompt_len=5, attention_mask=None):
     input_ids = torch.arange(100, 100 + prompt_len).repeat(batch, 1)
+    config = config.with_overrides(engine="exact")  # the scripted backbone stands in for the exact runner's calls
     return block_diffusion_decode(backbone, input_ids, attention_mask, None, None, config)
 
 

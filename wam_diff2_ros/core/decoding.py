@@ -12,6 +12,10 @@ EOS; decoding stops when every sample is finished or the token budget is spent.
 Every tensor operation that affects which token wins (softmax in the model dtype, comparisons against the
 threshold in that dtype, `torch.topk` tie-breaking per sample, random draws) follows the reference, so the
 same weights give the same tokens. In bfloat16 the threshold 0.9 therefore acts as bf16(0.9) = 0.8984375.
+
+The rules (sampling, remasking, stopping) are defined here once; a runner executes the steps: `ExactRunner`
+(the reference's `DynamicCache`, full logits) or `fast_decoding.FastRunner` (static cache, masked-row logits
+on CPU, CUDA graphs), chosen by `DecodeConfig.engine`.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from .model import BlockDiffusionBackbone
 
 MASK_TOKEN_ID = 151671
 EOS_TOKEN_ID = 151645  # <|im_end|>
+ENGINES = ("auto", "exact", "fast")
 REMASKING_STRATEGIES = ("low_confidence_dynamic", "low_confidence_static", "sequential")
 
 
@@ -51,6 +56,8 @@ class DecodeConfig:
     remasking_strategy: str = "low_confidence_dynamic"
     confidence_threshold: float = 0.9
     seed: int | None = None
+    engine: str = "auto"  # exact | fast | auto (fast where proven identical: CPU float32)
+    cuda_graphs: bool = True  # fast engine on CUDA: replay captured denoising steps
     mask_token_id: int = MASK_TOKEN_ID
     eos_token_id: int = EOS_TOKEN_ID
 
@@ -75,6 +82,7 @@ class DecodeConfig:
                 f"remasking_strategy must be one of {', '.join(REMASKING_STRATEGIES)}; got {self.remasking_strategy!r}",
             ),
             (self.seed is None or self.seed >= 0, f"seed must be >= 0, got {self.seed}"),
+            (self.engine in ENGINES, f"engine must be one of {', '.join(ENGINES)}; got {self.engine!r}"),
         ]
         for ok, message in checks:
             if not ok:
@@ -128,13 +136,14 @@ def sample_tokens(
     top_k: int = 0,
     top_p: float = 1.0,
     generator: torch.Generator | None = None,
+    uniform: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per position a proposed token and its probability (shapes [B, L]), as the reference samples.
 
     Greedy (`temperature == 0`): argmax and its softmax probability. Otherwise logits / temperature,
     restricted to the top-k (or the top 1000 when only top-p is set), softmax, nucleus cut keeping the first
     token whose cumulative probability passes `top_p`, then inverse-CDF sampling with one uniform draw per
-    position from `generator` (the global RNG when None).
+    position from `generator` (the global RNG when None), or the given `uniform` draws ([B * L, 1]).
     """
     batch, length, vocab = logits.shape
     flat = logits.reshape(-1, vocab)
@@ -161,11 +170,17 @@ def sample_tokens(
         probs = probs.masked_fill(drop, 0.0)
         probs = probs / probs.sum(dim=-1, keepdim=True).clamp(min=1e-8)
     cumulative = torch.cumsum(probs, dim=-1)
-    uniform = torch.rand(probs.shape[0], 1, device=probs.device, dtype=probs.dtype, generator=generator)
+    if uniform is None:
+        uniform = draw_uniform(probs.shape[0], probs.dtype, probs.device, generator)
     choice = (cumulative < uniform).sum(dim=-1, keepdim=True).long().clamp(max=probs.shape[-1] - 1)
     chosen_probs = torch.gather(probs, -1, choice)
     tokens = choice if candidate_ids is None else torch.gather(candidate_ids, -1, choice)
     return tokens.view(batch, length), chosen_probs.view(batch, length)
+
+
+def draw_uniform(count: int, dtype: torch.dtype, device: torch.device, generator: torch.Generator | None):
+    """The sampler's uniform draws for `count` positions ([count, 1]), one per position, in position order."""
+    return torch.rand(count, 1, device=device, dtype=dtype, generator=generator)
 
 
 def transfer_schedule(block_size: int, steps: int) -> list[int]:
@@ -182,39 +197,30 @@ def select_transfers(
     threshold: float,
     finished: torch.Tensor,
 ) -> torch.Tensor:
-    """Boolean [B, L] of masked positions that take their proposal this step.
+    """Boolean [B, L] of masked positions that take their proposal this step (the remasking rule, batched).
 
-    `masked` marks still-masked positions (already False for finished samples), `confidence` the proposal
-    probabilities, `count` the static per-step budget. Dynamic: every masked position with confidence >=
-    threshold (compared in the confidence dtype), else the single most confident one.
+    `masked` marks still-masked positions, `confidence` the proposal probabilities, `count` the static
+    per-step budget; rows of `finished` samples take nothing. Dynamic: every masked position with
+    confidence >= threshold (compared in the confidence dtype), else the single most confident one. Static:
+    the `count` most confident (all of them when fewer are masked). Sequential: the first `count` masked
+    positions. Runs on the device for the whole batch without reading anything back; `torch.topk` over the
+    batch picks per row exactly what the reference's per-sample `torch.topk` picks (same kernel, row by row).
     """
-    transfer = torch.zeros_like(masked)
+    masked = masked & ~finished[:, None]
     if strategy == "sequential":
-        for row in range(masked.shape[0]):
-            if finished[row]:
-                continue
-            positions = masked[row].nonzero(as_tuple=True)[0]
-            if len(positions) > 0:
-                transfer[row, positions[: min(count, len(positions))]] = True
-        return transfer
-
-    scores = torch.where(masked, confidence, torch.tensor(-torch.inf, device=confidence.device, dtype=confidence.dtype))
-    for row in range(masked.shape[0]):
-        if finished[row]:
-            continue
-        if strategy == "low_confidence_static":
-            k = min(count, int(masked[row].sum().item()))
-            if k > 0 and not torch.all(torch.isinf(scores[row])):
-                _, index = torch.topk(scores[row], k)
-                transfer[row, index] = True
-        else:
-            confident = scores[row] >= threshold
-            if confident.any():
-                transfer[row] = confident
-            elif masked[row].sum().item() > 0:
-                _, index = torch.topk(scores[row], 1)
-                transfer[row, index] = True
-    return transfer
+        return masked & (masked.cumsum(dim=1) <= count)
+    scores = torch.where(masked, confidence, torch.full_like(confidence, -torch.inf))
+    if strategy == "low_confidence_static":
+        if count <= 0:
+            return torch.zeros_like(masked)
+        # a row with at most `count` masked positions takes all of them; otherwise the top `count` scores
+        index = torch.topk(scores, min(count, scores.shape[1]), dim=1).indices
+        top = torch.zeros_like(masked).scatter_(1, index, True)
+        return masked & top
+    confident = scores >= threshold
+    best = torch.zeros_like(masked).scatter_(1, torch.topk(scores, 1, dim=1).indices, True)
+    fallback = ~confident.any(dim=1, keepdim=True) & masked.any(dim=1, keepdim=True)
+    return confident | (best & fallback)
 
 
 def _block_causal_mask(prompt_len: int, num_blocks: int, block_size: int, batch: int, device: torch.device):
@@ -229,6 +235,40 @@ def _block_causal_mask(prompt_len: int, num_blocks: int, block_size: int, batch:
     return mask.expand(batch, 1, total, total)
 
 
+class ExactRunner:
+    """Executes denoising steps as the reference does: a `DynamicCache` grown and cropped, logits for every row."""
+
+    def __init__(self, backbone: BlockDiffusionBackbone) -> None:
+        self.backbone = backbone
+        self.cache: Any = None
+
+    def prefill(self, input_ids, prompt_mask, positions, pixel_values, image_grid_thw, capacity: int) -> float:
+        """Fill the cache with the prompt; returns the vision encoder's seconds."""
+        result = self.backbone.prefill(input_ids, prompt_mask, positions, pixel_values, image_grid_thw)
+        self.cache = result.cache
+        return result.vision_seconds
+
+    def open_rows(self, masked: torch.Tensor) -> Any:
+        """None when nothing is masked (one device->host read), else a truthy marker."""
+        return True if masked.any() else None
+
+    def propose(self, tokens, positions, mask, block_start: int, rows: Any, config: DecodeConfig, generator):
+        """Per position a proposal and its probability for the block `tokens`."""
+        logits = self.backbone.step_logits(tokens, positions, mask, self.cache)
+        return sample_tokens(logits, config.temperature, config.top_k, config.top_p, generator=generator)
+
+    def commit(self, tokens, positions, mask, block_start: int) -> None:
+        """Write a finished block into the cache."""
+        self.backbone.commit(tokens, positions, mask, self.cache)
+
+
+def resolve_engine(engine: str, device: torch.device, dtype: torch.dtype) -> str:
+    """`exact` or `fast` for a configured engine; `auto` is `fast` where it is proven identical (CPU float32)."""
+    if engine != "auto":
+        return engine
+    return "fast" if device.type == "cpu" and dtype == torch.float32 else "exact"
+
+
 def block_diffusion_decode(
     backbone: BlockDiffusionBackbone,
     input_ids: torch.Tensor,
@@ -238,13 +278,20 @@ def block_diffusion_decode(
     config: DecodeConfig,
     synchronize: Callable[[], None] | None = None,
     cancel: Callable[[], bool] | None = None,
+    observe: Callable[[str], None] | None = None,
 ) -> DecodeOutput:
     """Decode a (padded) prompt batch with block diffusion; see the module docstring.
 
-    `cancel` is polled before every denoising step (a host-side flag, no device sync); when it returns True
-    the decode stops with `DecodeCancelledError`.
+    `config.engine` chooses how the steps execute (`exact`: the reference's caches and full logits; `fast`:
+    static KV cache, logits for the masked rows only on CPU, CUDA graphs on CUDA); the rules below are the
+    same for both. Per denoising step at most one device->host read (is anything still masked?), per block
+    one more (which samples are finished). `cancel` is polled before every denoising step (a host-side flag,
+    no device sync); when it returns True the decode stops with `DecodeCancelledError`. `observe` (for
+    instruments such as the benchmark's counters) is told each phase as it starts: prefill, step, block (the
+    block's bookkeeping after its steps), commit, done.
     """
     sync = synchronize or (lambda: None)
+    mark = observe or (lambda phase: None)
     device = input_ids.device
     batch, prompt_len = input_ids.shape
     block_size, num_blocks = config.block_size, config.num_blocks
@@ -255,6 +302,12 @@ def block_diffusion_decode(
     if config.seed is not None:
         generator = torch.Generator(device=device)
         generator.manual_seed(config.seed)
+    if resolve_engine(config.engine, device, backbone.dtype) == "fast":
+        from .fast_decoding import FastRunner
+
+        runner: Any = FastRunner(backbone, cuda_graphs=config.cuda_graphs)
+    else:
+        runner = ExactRunner(backbone)
 
     timing = DecodeTiming()
     sync()
@@ -265,14 +318,18 @@ def block_diffusion_decode(
     prompt_mask = full_mask[:, :, :prompt_len, :prompt_len] & valid[:, None, None, :] & valid[:, None, :, None]
     prompt_positions, rope_deltas = backbone.rope_index(input_ids, attention_mask, image_grid_thw)
 
-    prefill = backbone.prefill(input_ids, prompt_mask, prompt_positions, pixel_values, image_grid_thw)
-    cache = prefill.cache
+    capacity = prompt_len + num_blocks * block_size
+    mark("prefill")
+    timing.vision = runner.prefill(
+        input_ids, prompt_mask, prompt_positions, pixel_values, image_grid_thw, capacity=capacity
+    )
     sync()
-    timing.vision = prefill.vision_seconds
     timing.prefill = time.perf_counter() - started - timing.vision
 
     response = torch.full((batch, num_blocks * block_size), mask_id, dtype=input_ids.dtype, device=device)
     finished = torch.zeros(batch, dtype=torch.bool, device=device)
+    any_finished = False  # host copy of finished.any(), read once per block
+    eos_block = torch.full((batch, block_size), eos_id, dtype=input_ids.dtype, device=device)
     schedule = transfer_schedule(block_size, config.denoising_steps)
     steps_per_block: list[int] = []
 
@@ -281,8 +338,8 @@ def block_diffusion_decode(
         block_end = block_start + block_size
         denoise_started = time.perf_counter()
         tokens = torch.full((batch, block_size), mask_id, dtype=input_ids.dtype, device=device)
-        if finished.any():
-            tokens[finished] = eos_id
+        if any_finished:
+            tokens = torch.where(finished[:, None], eos_block, tokens)
         positions = torch.arange(block_start, block_end, device=device).view(1, -1).expand(batch, -1).clone()
         positions = (positions + rope_deltas.to(device=device, dtype=positions.dtype)).unsqueeze(0).expand(3, -1, -1)
         step_mask = full_mask[:, :, block_start:block_end, :block_end]
@@ -292,48 +349,42 @@ def block_diffusion_decode(
         for step in range(config.denoising_steps):
             if cancel is not None and cancel():
                 raise DecodeCancelledError("decoding cancelled")
+            mark("step")
             masked = tokens == mask_id
-            if finished.any():
-                masked[finished] = False
-            if not masked.any():
+            if any_finished:
+                masked &= ~finished[:, None]
+            rows = runner.open_rows(masked)
+            if rows is None:
                 steps_run = step
                 break
-            logits = backbone.step_logits(tokens, positions, step_mask, cache)
-            proposal, confidence = sample_tokens(
-                logits, config.temperature, config.top_k, config.top_p, generator=generator
-            )
+            proposal, confidence = runner.propose(tokens, positions, step_mask, block_start, rows, config, generator)
             transfer = select_transfers(
-                config.remasking_strategy,
-                masked,
-                confidence,
-                schedule[step],
-                config.confidence_threshold,
-                finished,
+                config.remasking_strategy, masked, confidence, schedule[step], config.confidence_threshold, finished
             )
             tokens = torch.where(transfer, proposal, tokens)
         steps_per_block.append(steps_run)
-
-        leftover = tokens == mask_id
-        if finished.any():
-            leftover[finished] = False
-        if leftover.any():
-            tokens = torch.where(leftover, proposal, tokens)
-        if finished.any():
-            tokens = torch.where(finished[:, None], torch.full_like(tokens, eos_id), tokens)
+        mark("block")
+        leftover = (tokens == mask_id) & ~finished[:, None]
+        tokens = torch.where(leftover, proposal, tokens)
+        tokens = torch.where(finished[:, None], eos_block, tokens)
         response[:, block * block_size : (block + 1) * block_size] = tokens
         finished |= (tokens == eos_id).any(dim=1)
+        finished_rows = finished.tolist()  # the one read per block
+        any_finished = any(finished_rows)
         sync()
         timing.denoise += time.perf_counter() - denoise_started
-        if finished.all() or block == num_blocks - 1:
+        if all(finished_rows) or block == num_blocks - 1:
             break  # (the reference also commits the last block; nothing reads that cache entry)
         commit_started = time.perf_counter()
-        backbone.commit(tokens, positions, step_mask, cache)
+        mark("commit")
+        runner.commit(tokens, positions, step_mask, block_start)
         sync()
         timing.commit += time.perf_counter() - commit_started
 
     timing.total = time.perf_counter() - started
-    rows = response.tolist()
-    cut = [row[: row.index(eos_id)] if eos_id in row else row for row in rows]
+    mark("done")
+    rows_out = response.tolist()
+    cut = [row[: row.index(eos_id)] if eos_id in row else row for row in rows_out]
     cut = [[tok for tok in row if tok != mask_id] for row in cut]
     return DecodeOutput(
         sequences=response,

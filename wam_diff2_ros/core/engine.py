@@ -11,7 +11,7 @@ import gc
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -130,8 +130,12 @@ class Engine:
         conversations: Sequence[list[dict[str, Any]]],
         decode: DecodeConfig | None = None,
         padding_side: str = "left",
+        observe: Callable[[str], None] | None = None,
     ) -> list[Generation]:
-        """Decode a batch of chats (message lists with text/image content items) together."""
+        """Decode a batch of chats (message lists with text/image content items) together.
+
+        `observe` is passed to the decoder (told each decoding phase as it starts; for instruments).
+        """
         if not conversations:
             return []
         config = decode or DecodeConfig()
@@ -152,6 +156,7 @@ class Engine:
                     config,
                     synchronize=self._sync,
                     cancel=self._cancel.is_set,
+                    observe=observe,
                 )
             return self._collect(output, inputs, preprocess_s)
 

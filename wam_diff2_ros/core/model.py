@@ -5,7 +5,8 @@ block-causal 4-D boolean masks. transformers' Qwen3-VL attention uses a 4-D mask
 modules are used unchanged; this module maps the checkpoint config onto them, computes the multimodal rope
 index the way the reference does, and exposes the three forward passes the decoder needs (prefill, a
 denoising step that leaves the KV cache unchanged, a commit that appends a finished block). It papers over
-the API differences between transformers 4.57 and 5.x (cache keyword, output fields).
+the API differences between transformers 4.57 and 5.x (cache keyword, output fields). `step_hidden` and
+`output_logits` split a step for the fast engine (core/fast_decoding.py).
 """
 
 from __future__ import annotations
@@ -231,8 +232,9 @@ class BlockDiffusionBackbone:
         position_ids: torch.Tensor,
         pixel_values: torch.Tensor | None,
         image_grid_thw: torch.Tensor | None,
+        cache: Any = None,
     ) -> PrefillResult:
-        """Run the prompt (with images) under a 4-D mask and return the filled KV cache."""
+        """Run the prompt (with images) under a 4-D mask and return the filled KV cache (`cache` or a new one)."""
         self._vision_seconds = 0.0
         output = self._run(
             input_ids=input_ids,
@@ -240,6 +242,7 @@ class BlockDiffusionBackbone:
             position_ids=position_ids,
             pixel_values=pixel_values,
             image_grid_thw=image_grid_thw,
+            cache=cache,
         )
         return PrefillResult(cache=self._cache_of(output), vision_seconds=self._vision_seconds)
 
@@ -256,3 +259,14 @@ class BlockDiffusionBackbone:
     ) -> None:
         """Append a finished block's keys and values to the cache."""
         self._run(input_ids=block_ids, position_ids=position_ids, attention_mask=attention_mask, cache=cache)
+
+    def step_hidden(
+        self, block_ids: torch.Tensor, position_ids: torch.Tensor, attention_mask: torch.Tensor, cache: Any
+    ) -> torch.Tensor:
+        """Last hidden states [B, L, D] of a block on a cache that writes where it is told (no output layer)."""
+        output = self._run(input_ids=block_ids, position_ids=position_ids, attention_mask=attention_mask, cache=cache)
+        return output.last_hidden_state
+
+    def output_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The output layer (vocabulary logits) for some hidden states."""
+        return self.model.lm_head(hidden)

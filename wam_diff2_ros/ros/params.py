@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from wam_diff2_ros.core.decoding import REMASKING_STRATEGIES, DecodeConfig, DecodeConfigError
+from wam_diff2_ros.core.decoding import ENGINES, REMASKING_STRATEGIES, DecodeConfig, DecodeConfigError
 from wam_diff2_ros.core.observation import (
     ACCELERATION_SOURCES,
     DEFAULT_COMMAND_MAX_AGE_S,
@@ -110,6 +110,8 @@ PARAMETER_SPECS: tuple[ParameterSpec, ...] = (
     ParameterSpec("decoding.remasking_strategy", "low_confidence_dynamic", "|".join(REMASKING_STRATEGIES)),
     ParameterSpec("decoding.confidence_threshold", 0.9, "low_confidence_dynamic unmasking threshold in (0, 1]"),
     ParameterSpec("decoding.seed", -1, "random seed for sampling; -1 = none"),
+    ParameterSpec("decoding.engine", DecodeConfig.engine, "|".join(ENGINES) + "; auto = fast where proven identical"),
+    ParameterSpec("decoding.cuda_graphs", DecodeConfig.cuda_graphs, "fast engine on CUDA: replay captured steps"),
     ParameterSpec("prompt.template", "navsim", f"planning template: {'|'.join(PLANNING_TEMPLATES)} or custom text"),
     ParameterSpec("prompt.system", "", "system turn text; empty = no system turn (as trained)"),
     ParameterSpec(
@@ -453,6 +455,8 @@ class _Reader:
                 top_p=self.number("decoding.top_p", positive=True, maximum=1.0),
                 remasking_strategy=self.text("decoding.remasking_strategy", REMASKING_STRATEGIES),
                 confidence_threshold=self.number("decoding.confidence_threshold", positive=True, maximum=1.0),
+                engine=self.text("decoding.engine", ENGINES),
+                cuda_graphs=self.boolean("decoding.cuda_graphs"),
                 seed=None if seed < 0 else seed,
             )
         except DecodeConfigError as exc:

@@ -60,6 +60,14 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["low_confidence_dynamic", "low_confidence_static", "sequential"],
     )
     parser.add_argument("--confidence_threshold", type=float, default=0.9)
+    parser.add_argument(
+        "--engine",
+        default="auto",
+        choices=["auto", "exact", "fast"],
+        help="decoding engine: exact (the reference's execution), fast (static cache, no host syncs inside a "
+        "block), auto = fast where proven identical (CPU float32), else exact",
+    )
+    parser.add_argument("--no_cuda_graphs", action="store_true", help="fast engine on CUDA without CUDA graphs")
     parser.add_argument("--min_pixels", type=int, default=12544)
     parser.add_argument("--max_pixels", type=int, default=2073600)
     parser.add_argument("--device", default="auto", help="auto | cpu | cuda[:N] | npu[:N] (default: auto)")
@@ -417,6 +425,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 remasking_strategy=args.remasking_strategy,
                 confidence_threshold=args.confidence_threshold,
                 seed=args.seed,
+                engine=args.engine,
+                cuda_graphs=not args.no_cuda_graphs,
             )
         except DecodeConfigError as exc:
             raise UsageError(str(exc)) from None

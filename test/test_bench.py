@@ -1,0 +1,51 @@
+"""`wam-diff2-bench` compares the engines on a tiny model: same tokens, counted host reads, every figure present."""
+
+from __future__ import annotations
+
+import json
+
+from wam_diff2_ros.core.decoding import DecodeConfig
+from wam_diff2_ros.tools import bench
+
+
+def test_bench_compares_exact_and_fast_on_the_tiny_model(tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    argv = ["--model_id", "tiny", "--device", "cpu", "--dtype", "float32", "--width", "64", "--height", "64"]
+    argv += ["--engine", "exact", "--engine", "fast", "--max_new_tokens", "20", "--block_size", "8"]
+    argv += ["--warmup", "0", "--iterations", "2", "--json", str(out)]
+    assert bench.main(argv) == 0
+    figures = json.loads(out.read_text())
+    assert figures["tokens_identical"] is True
+    assert set(figures["engines"]) == {"exact", "fast"}
+    for name, engine in figures["engines"].items():
+        assert engine["total_ms"] > 0 and engine["denoise_ms_per_step"] > 0, name
+        assert len(engine["steps_per_block"]) >= 1 and engine["ops_per_step"] > 10
+        assert engine["host_syncs_per_step"] <= 1.0  # counted: one "anything masked?" read per loop iteration
+        assert engine["host_syncs_per_block"] == 1.0
+        assert set(engine["stages_ms"]) == {"preprocess", "vision", "prefill", "denoise", "commit", "total"}
+    assert figures["engines"]["fast"]["sequences"] == figures["engines"]["exact"]["sequences"]
+    assert figures["speedup"] > 0 and figures["max_new_tokens"] == 20
+    printed = capsys.readouterr().out
+    assert "tokens identical: True" in printed and "host_syncs_per_step" in printed
+
+
+def test_bench_decoding_defaults_come_from_decode_config():
+    args = bench.build_parser().parse_args([])
+    assert args.max_new_tokens is None and args.block_size is None  # filled from DecodeConfig in run()
+    assert DecodeConfig().with_overrides(max_new_tokens=args.max_new_tokens).max_new_tokens == 128
+
+
+def test_gpu_bench_script_runs_its_tiny_cpu_mode(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "scripts" / "bench_gpu.sh"
+    env = dict(os.environ, BENCH_GPU_TINY="1", PYTHON=sys.executable, OUT=str(tmp_path), OMP_NUM_THREADS="1")
+    done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "tokens identical: True" in done.stdout
+    figures = json.loads((tmp_path / "bench_gpu.json").read_text())
+    assert set(figures["engines"]) == {"exact", "fast"} and figures["tokens_identical"]
+    assert (tmp_path / "bench_gpu_nographs.json").exists()

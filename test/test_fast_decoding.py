@@ -1,0 +1,292 @@
+"""The fast engine gives the exact engine's tokens and step counts (CPU, float32), with its own parts tested.
+
+The exact engine is itself checked against a cache-free naive decoder in test_decoding.py; here every
+decoding grid cell runs both engines on real transformers Qwen3-VL modules (tiny checkpoints and the demo
+model) and compares token ids and per-block step counts.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+from core_helpers import noise_image, tiny_checkpoint
+
+from wam_diff2_ros.core.checkpoint import inspect_checkpoint, load_model, load_processor
+from wam_diff2_ros.core.decoding import (
+    DecodeCancelledError,
+    DecodeConfig,
+    DecodeConfigError,
+    block_diffusion_decode,
+    resolve_engine,
+    select_transfers,
+)
+from wam_diff2_ros.core.fast_decoding import StaticKVCache, capacity_bucket, padded_row_count
+from wam_diff2_ros.core.host_reads import count_host_reads
+from wam_diff2_ros.core.model import BlockDiffusionBackbone
+from wam_diff2_ros.core.prompts import build_messages
+
+STRATEGIES = ("low_confidence_dynamic", "low_confidence_static", "sequential")
+
+
+# ------------------------------------------------------------------------------------------- parts
+
+
+def per_sample_transfers(strategy, masked, confidence, count, threshold, finished):
+    """The reference's remasking, one sample at a time with `torch.topk` per row."""
+    transfer = torch.zeros_like(masked)
+    for row in range(masked.shape[0]):
+        open_positions = masked[row].nonzero(as_tuple=True)[0]
+        if finished[row] or len(open_positions) == 0:
+            continue
+        scores = torch.where(masked[row], confidence[row], torch.tensor(-torch.inf, dtype=confidence.dtype))
+        if strategy == "sequential":
+            transfer[row, open_positions[:count]] = True
+        elif strategy == "low_confidence_static":
+            k = min(count, len(open_positions))
+            if k > 0:
+                transfer[row, torch.topk(scores, k).indices] = True
+        else:
+            confident = scores >= threshold
+            if confident.any():
+                transfer[row] = confident
+            else:
+                transfer[row, torch.topk(scores, 1).indices] = True
+    return transfer
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_batched_remasking_picks_what_the_per_sample_reference_picks(strategy, dtype):
+    generator = torch.Generator().manual_seed(0)
+    for trial in range(300):
+        batch, length = 3, (4, 8, 32)[trial % 3]
+        # few distinct values so that ties are common (as in bf16)
+        confidence = (torch.randint(0, 6, (batch, length), generator=generator).to(dtype) / 6).to(dtype)
+        masked = torch.rand(batch, length, generator=generator) < 0.6
+        finished = torch.rand(batch, generator=generator) < 0.2
+        count = int(torch.randint(0, length + 1, (1,), generator=generator))
+        expected = per_sample_transfers(strategy, masked & ~finished[:, None], confidence, count, 0.8, finished)
+        got = select_transfers(strategy, masked, confidence, count, 0.8, finished)
+        assert torch.equal(got, expected), (trial, masked, confidence, count)
+
+
+def test_static_cache_writes_at_explicit_positions_without_reallocating():
+    cache = StaticKVCache(capacity=10)
+    first = torch.arange(2 * 3 * 4 * 5, dtype=torch.float32).view(2, 3, 4, 5)
+    cache.place(0, 4)
+    keys, values = cache.update(first, -first, layer_idx=0)
+    assert keys.shape == (2, 3, 4, 5) and torch.equal(keys, first) and torch.equal(values, -first)
+    pointer = cache.keys[0].data_ptr()
+    block = torch.ones(2, 3, 2, 5)
+    for step in range(3):  # a block's steps overwrite the same slots
+        cache.place(4, 2)
+        keys, _ = cache.update(block * step, block, layer_idx=0)
+        assert keys.shape == (2, 3, 6, 5) and torch.equal(keys[:, :, 4:], block * step)
+        assert torch.equal(keys[:, :, :4], first)
+    assert cache.keys[0].data_ptr() == pointer and cache.get_seq_length() == 4
+    cache.place(6, 2, attend=10)
+    keys, _ = cache.update(block, block, layer_idx=0)
+    assert keys.shape == (2, 3, 10, 5)
+
+
+def test_row_and_capacity_buckets():
+    assert [padded_row_count(n, 32) for n in (1, 4, 5, 12, 13, 28, 29, 32)] == [4, 4, 8, 12, 16, 28, None, None]
+    assert padded_row_count(3, 6) is None  # a block whose row count is not a multiple of 4: all rows
+    assert padded_row_count(1, 4) is None
+    assert [capacity_bucket(n) for n in (1, 256, 257, 2080)] == [256, 256, 512, 2304]
+
+
+def test_masked_row_output_layer_is_bitwise_the_full_one():
+    """The fact masked-row logits rest on (float32 GEMM rows independent of the row count in multiples of 4)."""
+    generator = torch.Generator().manual_seed(0)
+    weight = torch.randn(3000, 64, generator=generator)
+    hidden = torch.randn(32, 64, generator=generator)
+    full = torch.nn.functional.linear(hidden, weight)
+    for count in range(1, 33):
+        padded = padded_row_count(count, 32)
+        rows = torch.randperm(32, generator=generator)[:count]
+        if padded is None:
+            continue
+        picked = torch.cat([rows, rows[:1].expand(padded - count)])
+        assert torch.equal(torch.nn.functional.linear(hidden[picked], weight)[:count], full[rows]), count
+
+
+def test_engine_choice():
+    assert resolve_engine("auto", torch.device("cpu"), torch.float32) == "fast"
+    assert resolve_engine("auto", torch.device("cpu"), torch.bfloat16) == "exact"
+    assert resolve_engine("exact", torch.device("cpu"), torch.float32) == "exact"
+    with pytest.raises(DecodeConfigError, match="engine must be one of"):
+        DecodeConfig(engine="turbo")
+
+
+# ------------------------------------------------------------------------------ exactness on tiny
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    info = inspect_checkpoint(tiny_checkpoint(seed=1))
+    model = load_model(info, torch.device("cpu"), torch.float32)
+    processor = load_processor(info)
+    image = noise_image(64, 64)
+    conversations = [
+        build_messages("Front view: <image>\nThe navigation information is: left", [image]),
+        build_messages(
+            "Describe the scene <image> " + "in a good many more words than the other prompts do " * 6,
+            [noise_image(96, 64, 1)],
+        ),
+        build_messages("Two cameras <image> and <image> straight", [noise_image(64, 96, 2), noise_image(64, 64, 3)]),
+    ]
+    return BlockDiffusionBackbone(model), processor, conversations
+
+
+def both_engines(backbone, inputs, config):
+    outputs = [
+        block_diffusion_decode(
+            backbone,
+            inputs.input_ids,
+            inputs.attention_mask,
+            inputs.pixel_values,
+            inputs.image_grid_thw,
+            config.with_overrides(engine=engine),
+        )
+        for engine in ("exact", "fast")
+    ]
+    return outputs
+
+
+def assert_same(outputs):
+    exact, fast = outputs
+    assert fast.sequences.tolist() == exact.sequences.tolist()
+    assert fast.steps_per_block == exact.steps_per_block
+    assert fast.finished == exact.finished
+
+
+# block size x denoising steps (fewer than, equal to, more than the block) x layout
+GRID = [
+    (strategy, block, steps, layout)
+    for strategy in STRATEGIES
+    for block, steps, layout in (
+        (4, 3, "single"),
+        (4, 4, "left"),
+        (8, 5, "right"),
+        (8, 12, "left"),
+        (32, 32, "right"),
+        (32, 7, "single"),
+    )
+]
+
+
+@pytest.mark.parametrize(("strategy", "block_size", "steps", "layout"), GRID)
+def test_fast_equals_exact_greedy(tiny, strategy, block_size, steps, layout):
+    backbone, processor, conversations = tiny
+    batch = conversations[:1] if layout == "single" else conversations
+    inputs = processor(batch, padding_side="left" if layout == "single" else layout)
+    config = DecodeConfig(
+        max_new_tokens=block_size + 3,  # not a multiple of the block
+        block_size=block_size,
+        denoising_steps=steps,
+        remasking_strategy=strategy,
+    )
+    assert_same(both_engines(backbone, inputs, config))
+
+
+@pytest.mark.parametrize(
+    ("strategy", "temperature", "top_k", "top_p", "layout"),
+    [
+        ("low_confidence_dynamic", 0.8, 50, 1.0, "left"),
+        ("low_confidence_static", 1.0, 0, 0.9, "right"),
+        ("sequential", 0.7, 0, 0.8, "single"),
+        ("low_confidence_dynamic", 1.0, 0, 0.95, "single"),
+        ("low_confidence_static", 0.9, 20, 1.0, "left"),
+    ],
+)
+def test_fast_equals_exact_seeded_sampling(tiny, strategy, temperature, top_k, top_p, layout):
+    backbone, processor, conversations = tiny
+    batch = conversations[:1] if layout == "single" else conversations
+    inputs = processor(batch, padding_side="left" if layout == "single" else layout)
+    config = DecodeConfig(
+        max_new_tokens=20, block_size=8, denoising_steps=6, remasking_strategy=strategy,
+        temperature=temperature, top_k=top_k, top_p=top_p, seed=5,
+    )  # fmt: skip
+    assert_same(both_engines(backbone, inputs, config))
+
+
+def test_fast_decoder_reads_the_device_at_most_once_per_step(tiny):
+    backbone, processor, conversations = tiny
+    inputs = processor(conversations, padding_side="left")
+    config = DecodeConfig(max_new_tokens=40, block_size=8, engine="fast")
+    steps_seen = []
+
+    def cancel():  # polled once before every denoising step: counts steps
+        steps_seen.append(counter.total)
+        return False
+
+    with count_host_reads() as counter:
+        out = block_diffusion_decode(
+            backbone, inputs.input_ids, inputs.attention_mask, inputs.pixel_values, inputs.image_grid_thw,
+            config, cancel=cancel,
+        )  # fmt: skip
+    assert sum(out.steps_per_block) >= 4
+    reads_between_polls = [b - a for a, b in itertools.pairwise(steps_seen)]
+    # within a block: exactly the step's one read; at a block boundary one more (finished samples)
+    assert max(reads_between_polls) <= 2 and reads_between_polls.count(1) >= sum(out.steps_per_block) - 2 * len(
+        out.steps_per_block
+    )
+
+
+def test_cancel_stops_the_fast_engine(tiny):
+    backbone, processor, conversations = tiny
+    inputs = processor(conversations[:1])
+    polls = []
+
+    def cancel():
+        polls.append(1)
+        return len(polls) > 2
+
+    with pytest.raises(DecodeCancelledError):
+        block_diffusion_decode(
+            backbone, inputs.input_ids, inputs.attention_mask, inputs.pixel_values, inputs.image_grid_thw,
+            DecodeConfig(max_new_tokens=32, block_size=8, engine="fast"), cancel=cancel,
+        )  # fmt: skip
+    assert len(polls) == 3
+
+
+# ------------------------------------------------------------------------------ exactness on the demo
+
+
+@pytest.fixture(scope="module")
+def demo():
+    from wam_diff2_ros.core.engine import Engine
+    from wam_diff2_ros.core.prompts import build_planning_prompt
+    from wam_diff2_ros.demo import resolve_model
+
+    engine = Engine.load(resolve_model("demo"), device="cpu", dtype="float32")
+    frames = [noise_image(640, 360, seed) for seed in range(2)]
+    prompts = [build_planning_prompt(cmd, (v, 0.1), (0.2, -0.1)) for cmd, v in (("left", 3.0), ("straight", 9.5))]
+    return engine, [build_messages(p, [f]) for p, f in zip(prompts, frames, strict=True)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("strategy", "block_size", "steps", "batch", "sampling"),
+    [
+        ("low_confidence_dynamic", 32, 32, 1, False),
+        ("low_confidence_static", 8, 5, 2, False),
+        ("sequential", 4, 8, 2, False),
+        ("low_confidence_dynamic", 32, 16, 2, True),
+    ],
+)
+def test_fast_equals_exact_on_the_demo_model(demo, strategy, block_size, steps, batch, sampling):
+    engine, conversations = demo
+    config = DecodeConfig(
+        max_new_tokens=96, block_size=block_size, denoising_steps=steps, remasking_strategy=strategy,
+        **({"temperature": 0.8, "top_p": 0.9, "seed": 3} if sampling else {}),
+    )  # fmt: skip
+    exact = engine.generate_conversations(conversations[:batch], config.with_overrides(engine="exact"))
+    fast = engine.generate_conversations(conversations[:batch], config.with_overrides(engine="fast"))
+    assert [g.sequence for g in fast] == [g.sequence for g in exact]
+    assert [g.steps_per_block for g in fast] == [g.steps_per_block for g in exact]
+    if not sampling and strategy == "low_confidence_dynamic":
+        assert "," in exact[0].text  # the demo model really plans (the comparison is not between empty answers)

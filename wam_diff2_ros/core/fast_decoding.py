@@ -1,0 +1,243 @@
+"""The fast engine: how block-diffusion steps execute, not what they compute (the rules live in decoding.py).
+
+- `StaticKVCache`: per layer one key and one value buffer for prompt + every response block, allocated once
+  per plan (or once per capacity bucket with CUDA graphs). A forward writes its keys/values at explicit
+  positions (`index_copy_`, so the positions can live on the device) and attends to `[0, attend)`: a
+  denoising step writes the block's own slots, the next step or the commit overwrites them; nothing is
+  concatenated, cropped or reallocated. It implements the part of transformers' `Cache` interface that the
+  Qwen3-VL attention uses (`update`, `get_seq_length`) in 4.57 and 5.x; the stock `StaticCache` of 5.x
+  ignores `cache_position`, so it cannot write a block at its own slots.
+- Logits only where read: none for the prompt or the commit pass; on CPU the output layer runs on the
+  still-masked rows only. MKL's float32 GEMM gives a row the same bits whatever the row count as long as
+  that count is a multiple of 4 (rows 1-3 and, with 2 threads, 5-7 and 9-11 take another kernel: measured on
+  this CPU), so the masked rows are padded to a multiple of 4, and all rows are computed when that would not
+  save anything or the block's own row count is not a multiple of 4.
+- One device->host read per step (`open_rows`; on CPU the `nonzero` that also gives the masked rows).
+- CUDA graphs (CUDA only, `cuda_graphs`): the block forward + output layer is captured once per (batch,
+  block size, capacity bucket of 256 tokens) and replayed; the attention then spans the whole bucket with
+  the unused slots masked out, which changes the reduction length, so identical tokens are not guaranteed
+  there. Capture failures fall back to eager steps with a log line.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import torch
+
+from .decoding import DecodeConfig, draw_uniform, sample_tokens
+from .model import BlockDiffusionBackbone
+
+LOG = logging.getLogger(__name__)
+
+GEMM_ROW_QUANTUM = 4  # row counts that keep float32 GEMM rows bit-identical on CPU (see module docstring)
+CAPACITY_QUANTUM = 256  # CUDA graph cache buckets: capacity rounded up to a multiple of this
+ALL_ROWS = "all"  # open_rows marker: compute every row
+
+
+class StaticKVCache:
+    """Preallocated keys/values per layer, written at explicit positions; see the module docstring."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.keys: list[torch.Tensor] = []
+        self.values: list[torch.Tensor] = []
+        self.write_positions: torch.Tensor | None = None  # [L] slots the next forward writes
+        self.start = 0  # host copy of the first written slot (what transformers asks as "seq length")
+        self.attend = 0  # the forward attends to slots [0, attend)
+
+    def place(self, start: int, length: int, attend: int | None = None) -> None:
+        """Make the next forward write slots [start, start + length) and attend to [0, attend or the end)."""
+        device = self.keys[0].device if self.keys else None
+        self.write_positions = torch.arange(start, start + length, device=device)
+        self.start = start
+        self.attend = start + length if attend is None else attend
+
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args: Any, **kwargs: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write a layer's new keys/values [B, H, L, D] at `write_positions`; return the attended views."""
+        if layer_idx == len(self.keys):
+            batch, heads, _, head_dim = key_states.shape
+            shape = (batch, heads, self.capacity, head_dim)
+            self.keys.append(torch.zeros(shape, dtype=key_states.dtype, device=key_states.device))
+            self.values.append(torch.zeros(shape, dtype=value_states.dtype, device=value_states.device))
+        positions = self.write_positions
+        if positions is None or positions.device != key_states.device:
+            positions = torch.arange(self.start, self.start + key_states.shape[2], device=key_states.device)
+            self.write_positions = positions
+        keys, values = self.keys[layer_idx], self.values[layer_idx]
+        keys.index_copy_(2, positions, key_states)
+        values.index_copy_(2, positions, value_states)
+        return keys[:, :, : self.attend], values[:, :, : self.attend]
+
+    def get_seq_length(self, layer_idx: int | None = 0) -> int:
+        """Slots before the ones being written (transformers only uses it when no positions are given)."""
+        return self.start
+
+
+def capacity_bucket(tokens: int, quantum: int = CAPACITY_QUANTUM) -> int:
+    """Cache capacity for CUDA graphs: `tokens` rounded up to a multiple of `quantum`."""
+    return -(-tokens // quantum) * quantum
+
+
+def padded_row_count(rows: int, total: int, quantum: int = GEMM_ROW_QUANTUM) -> int | None:
+    """Rows to run the output layer on for `rows` masked of `total`, or None when all rows should run."""
+    if total % quantum:
+        return None
+    padded = -(-rows // quantum) * quantum
+    return padded if padded < total else None
+
+
+class FastRunner:
+    """Executes the decoder's steps on a static cache; same interface as `decoding.ExactRunner`."""
+
+    def __init__(self, backbone: BlockDiffusionBackbone, cuda_graphs: bool = True) -> None:
+        self.backbone = backbone
+        self.device = backbone.device
+        self.row_logits = self.device.type == "cpu"  # fixed shapes elsewhere (weights-bound output layer, graphs)
+        self.graphs: CudaGraphSteps | None = None
+        if cuda_graphs and self.device.type == "cuda":
+            self.graphs = CudaGraphSteps.for_backbone(backbone)
+        self.cache: StaticKVCache | None = None
+
+    def prefill(self, input_ids, prompt_mask, positions, pixel_values, image_grid_thw, capacity: int) -> float:
+        """Fill a static cache sized for the whole plan with the prompt; returns the vision seconds."""
+        batch, prompt_len = input_ids.shape
+        if self.graphs is not None and self.graphs.enabled:
+            self.cache = self.graphs.cache_for(batch, capacity)
+        else:
+            self.cache = StaticKVCache(capacity)
+        self.cache.place(0, prompt_len)
+        result = self.backbone.prefill(
+            input_ids, prompt_mask, positions, pixel_values, image_grid_thw, cache=self.cache
+        )
+        return result.vision_seconds
+
+    def open_rows(self, masked: torch.Tensor) -> Any:
+        """None when nothing is masked, else the flat indices of masked rows (CPU) or `ALL_ROWS`; one read."""
+        if not self.row_logits:
+            return ALL_ROWS if masked.any() else None
+        rows = masked.reshape(-1).nonzero().squeeze(1)  # the step's one device->host read
+        return rows if rows.numel() else None
+
+    def _block_logits(self, tokens, positions, mask, block_start: int) -> torch.Tensor:
+        assert self.cache is not None
+        length = tokens.shape[1]
+        if self.graphs is not None and self.graphs.enabled:
+            logits = self.graphs.run(self.cache, tokens, positions, block_start, self.backbone)
+            if logits is not None:
+                return logits
+        self.cache.place(block_start, length)
+        hidden = self.backbone.step_hidden(tokens, positions, mask, self.cache)
+        return self.backbone.output_logits(hidden)
+
+    def propose(self, tokens, positions, mask, block_start: int, rows: Any, config: DecodeConfig, generator):
+        """Per position a proposal and its probability; on CPU the output layer runs on masked rows only."""
+        batch, length = tokens.shape
+        total = batch * length
+        uniform = None
+        if config.temperature != 0:  # one draw per position, as the exact path, whatever rows are computed
+            uniform = draw_uniform(total, self.backbone.dtype, self.device, generator)
+        padded = None if isinstance(rows, str) else padded_row_count(rows.numel(), total)
+        if padded is None:
+            logits = self._block_logits(tokens, positions, mask, block_start)
+            return sample_tokens(logits, config.temperature, config.top_k, config.top_p, uniform=uniform)
+        assert self.cache is not None
+        self.cache.place(block_start, length)
+        hidden = self.backbone.step_hidden(tokens, positions, mask, self.cache).reshape(total, -1)
+        count = rows.numel()
+        picked = rows if padded == count else torch.cat([rows, rows[:1].expand(padded - count)])
+        logits = self.backbone.output_logits(hidden.index_select(0, picked))[:count].unsqueeze(0)
+        chosen = None if uniform is None else uniform.index_select(0, rows)
+        sampled, probs = sample_tokens(logits, config.temperature, config.top_k, config.top_p, uniform=chosen)
+        proposal = tokens.reshape(-1).index_copy(0, rows, sampled.reshape(-1).to(tokens.dtype))
+        confidence = torch.zeros(total, dtype=probs.dtype, device=probs.device).index_copy_(0, rows, probs.reshape(-1))
+        return proposal.view(batch, length), confidence.view(batch, length)
+
+    def commit(self, tokens, positions, mask, block_start: int) -> None:
+        """Write a finished block into its slots (no output layer)."""
+        assert self.cache is not None
+        self.cache.place(block_start, tokens.shape[1])
+        self.backbone.step_hidden(tokens, positions, mask, self.cache)
+
+
+class CudaGraphSteps:
+    """Captured denoising forwards (block forward + output layer) per (batch, block, capacity bucket)."""
+
+    def __init__(self, backbone: BlockDiffusionBackbone) -> None:
+        self.enabled = True
+        self.caches: dict[tuple[int, int], StaticKVCache] = {}
+        self.graphs: dict[tuple[int, int, int], dict[str, Any]] = {}
+
+    @classmethod
+    def for_backbone(cls, backbone: BlockDiffusionBackbone) -> CudaGraphSteps:
+        """The backbone's graph store (kept across decode calls so captures are reused)."""
+        store = getattr(backbone, "_cuda_graph_steps", None)
+        if store is None:
+            store = cls(backbone)
+            backbone._cuda_graph_steps = store  # type: ignore[attr-defined]
+        return store
+
+    def cache_for(self, batch: int, capacity: int) -> StaticKVCache:
+        """The persistent cache of a bucket (graphs hold its addresses)."""
+        key = (batch, capacity_bucket(capacity))
+        if key not in self.caches:
+            self.caches[key] = StaticKVCache(key[1])
+        return self.caches[key]
+
+    def run(self, cache: StaticKVCache, tokens, positions, block_start: int, backbone) -> torch.Tensor | None:
+        """Replay (capturing on first use) the step for this shape; None (eager fallback) if capture fails."""
+        batch, length = tokens.shape
+        key = (batch, length, cache.capacity)
+        entry = self.graphs.get(key)
+        if entry is None:
+            try:
+                entry = self._capture(cache, tokens, positions, block_start, backbone)
+            except Exception as exc:  # any capture failure: run eagerly from now on
+                LOG.warning("CUDA graph capture failed (%s); fast engine continues without graphs", exc)
+                self.enabled = False
+                return None
+            self.graphs[key] = entry
+        self._load(entry, cache, tokens, positions, block_start)
+        entry["graph"].replay()
+        return entry["logits"]
+
+    @staticmethod
+    def _load(entry: dict[str, Any], cache: StaticKVCache, tokens, positions, block_start: int) -> None:
+        length = tokens.shape[1]
+        entry["tokens"].copy_(tokens)
+        entry["positions"].copy_(positions)
+        entry["write"].copy_(torch.arange(block_start, block_start + length, device=tokens.device))
+        entry["mask"].copy_(entry["slots"] < block_start + length)
+
+    def _capture(self, cache: StaticKVCache, tokens, positions, block_start: int, backbone) -> dict[str, Any]:
+        batch, length = tokens.shape
+        device = tokens.device
+        slots = torch.arange(cache.capacity, device=device)
+        entry: dict[str, Any] = {
+            "tokens": tokens.clone(),
+            "positions": positions.clone(),
+            "write": torch.arange(block_start, block_start + length, device=device),
+            "slots": slots,
+            "mask": (slots < block_start + length).view(1, 1, 1, -1).expand(batch, 1, length, -1).contiguous(),
+        }
+
+        def forward() -> torch.Tensor:
+            cache.write_positions = entry["write"]
+            cache.start, cache.attend = block_start, cache.capacity
+            hidden = backbone.step_hidden(entry["tokens"], entry["positions"], entry["mask"], cache)
+            return backbone.output_logits(hidden)
+
+        stream = torch.cuda.Stream(device)
+        stream.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(stream):
+            for _ in range(2):  # warm-up outside the graph (allocator, lazy inits)
+                forward()
+        torch.cuda.current_stream(device).wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            entry["logits"] = forward()
+        entry["graph"] = graph
+        return entry
