@@ -13,12 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from wam_diff2_ros.core.parsing import (
-    DEFAULT_KINEMATIC_LIMITS,
-    KinematicLimits,
-    check_plan_kinematics,
-    parse_waypoints,
-)
+from wam_diff2_ros.core.kinematics import DEFAULT_KINEMATIC_LIMITS, KinematicLimits, check_plan_kinematics
+from wam_diff2_ros.core.parsing import parse_waypoints
 
 pytestmark = pytest.mark.core
 

@@ -101,7 +101,7 @@ class PlanningConfig:
     ``template``: a built-in template name or custom text (see :mod:`wam_diff2_ros.core.prompts`);
     ``system``: a system turn, None for none (the trained model uses none). Detection and VQA use
     ``decode`` with their own ``max_new_tokens``. ``kinematics``: the plausibility gate's limits
-    (:class:`~wam_diff2_ros.core.parsing.KinematicLimits`); plans also get the first-waypoint rule with
+    (:class:`~wam_diff2_ros.core.kinematics.KinematicLimits`); plans also get the first-waypoint rule with
     the observation's speed.
     """
 

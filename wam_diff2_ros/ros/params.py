@@ -18,13 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from wam_diff2_ros.core.decoding import ENGINES, REMASKING_STRATEGIES, DecodeConfig, DecodeConfigError
+from wam_diff2_ros.core.kinematics import DEFAULT_KINEMATIC_LIMITS, KinematicLimits
 from wam_diff2_ros.core.observation import (
     ACCELERATION_SOURCES,
     DEFAULT_COMMAND_MAX_AGE_S,
     AccelerationFilterConfig,
     SyncConfig,
 )
-from wam_diff2_ros.core.parsing import DEFAULT_KINEMATIC_LIMITS, KinematicLimits
 from wam_diff2_ros.core.planning import DEFAULT_DETECTION_CATEGORIES, PlanningConfig
 from wam_diff2_ros.core.processor import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS
 from wam_diff2_ros.core.prompts import (
