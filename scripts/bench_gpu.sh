@@ -31,7 +31,7 @@ else
 fi
 
 echo "== exact vs fast (CUDA graphs where available) =="
-"$PYTHON" -m wam_diff2_ros.tools.bench "${common[@]}" --engine exact --engine fast --json "$OUT/bench_gpu.json"
+"$PYTHON" -m wam_diff2_ros.cli.bench "${common[@]}" --engine exact --engine fast --json "$OUT/bench_gpu.json"
 echo "== fast without CUDA graphs =="
-"$PYTHON" -m wam_diff2_ros.tools.bench "${common[@]}" --engine fast --no-cuda-graphs --no-counters \
+"$PYTHON" -m wam_diff2_ros.cli.bench "${common[@]}" --engine fast --no-cuda-graphs --no-counters \
   --json "$OUT/bench_gpu_nographs.json"

@@ -12,7 +12,7 @@ import pytest
 from core_helpers import noise_image, tiny_checkpoint
 from PIL import Image
 
-from wam_diff2_ros.tools import infer
+from wam_diff2_ros.cli import infer
 
 pytestmark = pytest.mark.core
 
@@ -133,7 +133,7 @@ def test_bad_input_file_exits_2_with_one_message(tmp_path, content, message):
     if content is not None:
         path.write_text(content)
     result = subprocess.run(
-        [sys.executable, "-m", "wam_diff2_ros.tools.infer", "--model_id", str(tiny_checkpoint()),
+        [sys.executable, "-m", "wam_diff2_ros.cli.infer", "--model_id", str(tiny_checkpoint()),
          "--input_file", str(path), "--output_file", str(tmp_path / "o.json")],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
@@ -146,7 +146,7 @@ def test_data_parallel_ranks_merge_in_input_order(eval_dir):
     _, single = run(eval_dir, output="single.json")
     env = {**os.environ, "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1"}
     command = [
-        sys.executable, "-m", "wam_diff2_ros.tools.infer", "--model_id", str(tiny_checkpoint()),
+        sys.executable, "-m", "wam_diff2_ros.cli.infer", "--model_id", str(tiny_checkpoint()),
         "--input_file", str(eval_dir / "data" / "eval.json"), "--output_file", str(eval_dir / "dp.json"), *FAST,
     ]  # fmt: skip
     ranks = [
