@@ -28,9 +28,8 @@ from typing import Any
 import torch
 
 from .model import BlockDiffusionBackbone
+from .tokens import EOS_TOKEN_ID, MASK_TOKEN_ID
 
-MASK_TOKEN_ID = 151671
-EOS_TOKEN_ID = 151645  # <|im_end|>
 ENGINES = ("auto", "exact", "fast")
 REMASKING_STRATEGIES = ("low_confidence_dynamic", "low_confidence_static", "sequential")
 
