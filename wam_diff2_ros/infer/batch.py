@@ -177,7 +177,7 @@ def decode_ready(engine: Any, ready: list, decode: Any, options: BatchOptions) -
         task = task_of(record["question"])
         record["prediction"] = generation.text
         record["parsed"] = parse_prediction(task, generation.text, images)
-        record["timing"] = {k: round(v, 6) for k, v in generation.timing.as_dict().items()}
+        record["timing"] = {k: round(v, 6) for k, v in generation.timing.seconds().items()}
         record["steps_per_block"] = generation.steps_per_block
         record["token_ids"] = generation.token_ids
         record["finished"] = generation.finished
