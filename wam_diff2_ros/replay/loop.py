@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from wam_diff2_ros.core.observation import NS_PER_S
+from wam_diff2_ros.core.samples import NS_PER_S
 from wam_diff2_ros.replay.errors import (
     EXIT_BAG_DAMAGED,
     EXIT_FAILED,

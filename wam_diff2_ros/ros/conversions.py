@@ -3,7 +3,7 @@
 No rclpy node is needed: the functions read message fields only (``sensor_msgs``, ``nav_msgs``,
 ``geometry_msgs``, ``std_msgs`` and this package's ``DrivingCommand``), so the node's callbacks and the
 rosbag replay tool share them. Every problem raises :class:`ImageConversionError` /
-:class:`~wam_diff2_ros.core.observation.InputError` with a message naming the field and value.
+:class:`~wam_diff2_ros.core.samples.InputError` with a message naming the field and value.
 
 Raw images (``sensor_msgs/Image``) are converted to HxWx3 uint8 RGB with OpenCV, following cv_bridge's
 conversion table (``cv_bridge.toCvCopy(msg, "rgb8")``), so the pixels are identical to cv_bridge's:
@@ -44,18 +44,18 @@ from typing import Any
 
 import numpy as np
 
+from wam_diff2_ros.core.camera import CameraIntrinsics
 from wam_diff2_ros.core.image_headers import JPEG_MAGIC, PNG_MAGIC, jpeg_header, png_header
-from wam_diff2_ros.core.observation import (
+from wam_diff2_ros.core.prompts import COMMAND_ORDER, parse_navigation_command
+from wam_diff2_ros.core.samples import (
     NS_PER_S,
     AccelerationSample,
-    CameraIntrinsics,
     CommandSample,
     ImageSample,
     InputError,
     LazyImage,
     OdometrySample,
 )
-from wam_diff2_ros.core.prompts import COMMAND_ORDER, parse_navigation_command
 
 MAX_IMAGE_PIXELS = 64_000_000
 

@@ -73,8 +73,8 @@ from std_msgs.msg import String
 from visualization_msgs.msg import MarkerArray
 
 from wam_diff2_ros.core.decoding import DecodeCancelledError
-from wam_diff2_ros.core.observation import InputProblem, clean_reason, problem_kind
 from wam_diff2_ros.core.planning import EngineLike, release_device_cache
+from wam_diff2_ros.core.samples import InputProblem, clean_reason, problem_kind
 
 from . import qos
 from .dds import ensure_fastdds_profile

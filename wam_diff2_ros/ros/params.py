@@ -17,13 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from wam_diff2_ros.core.acceleration import ACCELERATION_SOURCES, AccelerationFilterConfig
 from wam_diff2_ros.core.decoding import REMASKING_STRATEGIES, DecodeConfig, DecodeConfigError
-from wam_diff2_ros.core.observation import (
-    ACCELERATION_SOURCES,
-    DEFAULT_COMMAND_MAX_AGE_S,
-    AccelerationFilterConfig,
-    SyncConfig,
-)
+from wam_diff2_ros.core.observation import DEFAULT_COMMAND_MAX_AGE_S, SyncConfig
 from wam_diff2_ros.core.parsing import DEFAULT_KINEMATIC_LIMITS, KinematicLimits
 from wam_diff2_ros.core.planning import DEFAULT_DETECTION_CATEGORIES, PlanningConfig
 from wam_diff2_ros.core.processor import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS

@@ -34,7 +34,7 @@ from typing import Any
 
 from wam_diff2_ros.core.frames import EgoPose, ego_pose
 from wam_diff2_ros.core.image_headers import compressed_header_problem
-from wam_diff2_ros.core.observation import NS_PER_MS, InputError, InputProblem, ObservationBuffer
+from wam_diff2_ros.core.observation import ObservationBuffer
 from wam_diff2_ros.core.planning import (
     AnswerResult,
     DetectionResult,
@@ -43,6 +43,7 @@ from wam_diff2_ros.core.planning import (
     PlanningInputError,
     PlanResult,
 )
+from wam_diff2_ros.core.samples import NS_PER_MS, InputError, InputProblem
 
 from . import conversions, outputs
 from .debug_image import draw_debug_image
