@@ -54,38 +54,36 @@ import os
 import sys
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import rclpy
 from diagnostic_msgs.msg import DiagnosticArray
-from geometry_msgs.msg import AccelWithCovarianceStamped
-from nav_msgs.msg import Odometry, Path
+from nav_msgs.msg import Path
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
 from rclpy.exceptions import InvalidHandle
 from rclpy.executors import Executor, ExternalShutdownException, MultiThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.utilities import remove_ros_args
-from sensor_msgs.msg import CameraInfo, CompressedImage, Image
+from sensor_msgs.msg import Image
 from std_msgs.msg import String
 from visualization_msgs.msg import MarkerArray
 
-from wam_diff2_ros.core.decoding import DecodeCancelledError
 from wam_diff2_ros.core.planning import EngineLike, release_device_cache
-from wam_diff2_ros.core.samples import InputProblem, clean_reason, problem_kind
+from wam_diff2_ros.core.samples import InputProblem
 
 from . import qos
 from .dds import ensure_fastdds_profile
 from .diagnostics import KeyedThrottle, NodeHealth
+from .inputs import QUESTION_TOPIC, InputRow, input_names, input_table, receive
 from .param_guard import coerce_set_request, declare_typed_parameters, evaluate_change, parameter_type
 from .params import DEFAULT_NODE_NAME, PARAMETER_SPECS, SPEC_BY_NAME, NodeConfig, ParameterError
-from .runtime import AnswerCycle, DetectionCycle, PlanCycle, PlannerRuntime
+from .runtime import PlannerRuntime
+from .worker import WORKER_JOIN_TIMEOUT_S, Worker
 
 EngineFactory = Callable[[NodeConfig], EngineLike]
 SUCCESS, FAILURE = TransitionCallbackReturn.SUCCESS, TransitionCallbackReturn.FAILURE
-WORKER_JOIN_TIMEOUT_S = 30.0
 #: At process exit the running decode is cancelled (between two denoising steps); a worker still busy after
 #: this (a non-cancellable stage such as the vision encoder) is abandoned (daemon thread).
 EXIT_JOIN_TIMEOUT_S = 3.0
@@ -129,21 +127,19 @@ class WamDiff2Node(LifecycleNode):
         self._health = NodeHealth(self.get_fully_qualified_name().lstrip("/"))
         self._throttle = KeyedThrottle(5.0)
         self._state_lock = threading.RLock()
-        self._active = False
-        self._epoch = 0
-        self._outputs: dict[str, Any] = {}
         self._input_subscriptions: list[Any] = []
         self._work_timers: list[Any] = []
         self._input_group = ReentrantCallbackGroup()
         self._timer_group = ReentrantCallbackGroup()
         self._diag_group = MutuallyExclusiveCallbackGroup()
-        self._worker: threading.Thread | None = None
-        self._stop = threading.Event()
-        self._wake = threading.Condition()
-        self._plan_due = False
-        self._detect_due = False
-        self._questions: deque[str] = deque(maxlen=10)
-        self._last_problem_kinds: tuple[str, ...] = ()
+        self._worker = Worker(
+            self.get_logger(),
+            self.now_ns,
+            self._health,
+            lambda: self._runtime,
+            lambda key: self._throttle.allow(key, time.monotonic_ns()),
+            self._publish_diagnostics,
+        )
         self._diagnostics_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self._diag_timer = self.create_timer(1.0, self._publish_diagnostics, callback_group=self._diag_group)
         self._autostart_timer = None
@@ -161,6 +157,11 @@ class WamDiff2Node(LifecycleNode):
     def now_ns(self) -> int:
         """The node clock (sim time aware) in ns."""
         return self.get_clock().now().nanoseconds
+
+    @property
+    def _outputs(self) -> dict[str, Any]:
+        """The output publishers by name (the worker publishes on them)."""
+        return self._worker.publishers
 
     def _autostart(self) -> None:
         if self._autostart_timer is not None:
@@ -221,30 +222,21 @@ class WamDiff2Node(LifecycleNode):
             self._diag_timer = self.create_timer(
                 config.diagnostics_period_s, self._publish_diagnostics, callback_group=self._diag_group
             )
-        if self._active and ("planning.rate_hz" in names or "detection.rate_hz" in names):
+        if self._worker.active and ("planning.rate_hz" in names or "detection.rate_hz" in names):
             self._start_work_timers(config)
 
     def _start_work_timers(self, config: NodeConfig) -> None:
         """(Re-)create the planning and detection timers (none for rate 0)."""
         self._cancel_work_timers()
-        if config.rate_hz > 0:
-            self._work_timers.append(
-                self.create_timer(1.0 / config.rate_hz, self._flag_plan, callback_group=self._timer_group)
-            )
-        if config.detection_rate_hz > 0:
-            self._work_timers.append(
-                self.create_timer(1.0 / config.detection_rate_hz, self._flag_detect, callback_group=self._timer_group)
-            )
+        for kind, period_s in config.cadence.timers():
+            flag = functools.partial(self._worker.flag, kind)
+            self._work_timers.append(self.create_timer(period_s, flag, callback_group=self._timer_group))
 
     def _cancel_work_timers(self) -> None:
         timers, self._work_timers = self._work_timers, []
         for timer in timers:
             timer.cancel()
             self.destroy_timer(timer)
-
-    def _warn_throttled(self, key: str, message: str) -> None:
-        if self._throttle.allow(key, time.monotonic_ns()):
-            self.get_logger().warning(message)
 
     def _publish_diagnostics(self) -> None:
         runtime = self._runtime
@@ -254,16 +246,6 @@ class WamDiff2Node(LifecycleNode):
             self._diagnostics_pub.publish(self._health.diagnostics(now, ages))
         except Exception as exc:  # publishing during shutdown
             self.get_logger().debug(f"diagnostics not published: {exc}")
-
-    def _report_problems(self, where: str, problems: Sequence[InputProblem]) -> None:
-        # Keyed by kind (input + reason without numbers): one WARN per kind per diagnostics.warn_throttle_s,
-        # and /diagnostics is published at once only when the kinds change (numbers update on the timer).
-        kinds = tuple(f"{where}: {p.kind}" for p in problems)
-        for kind, problem in zip(kinds, problems, strict=True):
-            self._warn_throttled(kind, f"no {where}: {problem}")
-        if kinds != self._last_problem_kinds:
-            self._last_problem_kinds = kinds
-            self._publish_diagnostics()
 
     # ---- lifecycle
 
@@ -383,12 +365,12 @@ class WamDiff2Node(LifecycleNode):
             pubs["detections_2d"] = self.create_publisher(
                 runtime.vision_msgs.Detection2DArray, "~/output/detections_2d", out
             )
-        self._outputs = pubs
+        self._worker.publishers = pubs
 
     def _destroy_publishers(self) -> None:
-        for publisher in self._outputs.values():
+        pubs, self._worker.publishers = self._worker.publishers, {}
+        for publisher in pubs.values():
             self.destroy_publisher(publisher)
-        self._outputs = {}
 
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
         """Subscribe, start timers and the worker."""
@@ -404,17 +386,8 @@ class WamDiff2Node(LifecycleNode):
         assert runtime is not None
         runtime.reset()
         self._create_subscriptions(config, runtime)
-        with self._wake:
-            self._plan_due = self._detect_due = False
-            self._questions.clear()
         with self._state_lock:
             self._start_work_timers(config)
-            self._epoch += 1
-            self._active = True
-            self._stop.clear()
-            self._worker = threading.Thread(
-                target=self._work, args=(self._epoch,), name="wam_diff2_worker", daemon=True
-            )
             self._worker.start()
         self._health.set_lifecycle("active")
         self.get_logger().info("active")
@@ -422,95 +395,38 @@ class WamDiff2Node(LifecycleNode):
         return super().on_activate(state)
 
     def _create_subscriptions(self, config: NodeConfig, runtime: PlannerRuntime) -> None:
-        group = self._input_group
-        subs = []
-        names = []
-        for index, camera in enumerate(config.cameras):
-            topic = f"~/input/image_{index}"
-            names.append(runtime.image_input_name(index))
-            if camera.transport == "compressed":
-                callback = self._image_callback(index, runtime.on_compressed_image)
-                subs.append(
-                    self.create_subscription(
-                        CompressedImage, topic, callback, qos.input_qos(config.qos["image"]), callback_group=group
-                    )
-                )
-            else:
-                callback = self._image_callback(index, runtime.on_image)
-                subs.append(
-                    self.create_subscription(
-                        Image, topic, callback, qos.input_qos(config.qos["image"]), callback_group=group
-                    )
-                )
-            names.append(f"camera_info_{index} ({camera.name})")
-            subs.append(
-                self.create_subscription(
-                    CameraInfo,
-                    f"~/input/camera_info_{index}",
-                    self._input_callback(
-                        f"camera_info_{index} ({camera.name})",
-                        lambda msg, t, i=index: runtime.on_camera_info(i, msg, t),
-                    ),
-                    qos.input_qos(config.qos["camera_info"]),
-                    callback_group=group,
-                )
+        """One subscription per row of the input table (:mod:`.inputs`), and the question topic."""
+        rows = input_table(config, runtime)
+        subs = [
+            self.create_subscription(
+                row.msg_type,
+                row.topic,
+                self._input_callback(row),
+                qos.input_qos(config.qos[row.qos_key]),
+                callback_group=self._input_group,
             )
-        inputs: list[tuple[type, str, Callable[[Any, int], InputProblem | None], str]] = [
-            (Odometry, "~/input/odometry", runtime.on_odometry, "odometry"),
-            (AccelWithCovarianceStamped, "~/input/acceleration", runtime.on_acceleration, "acceleration"),
-            (String, "~/input/command", runtime.on_command, "command"),
+            for row in rows
         ]
-        if runtime.msgs is not None:
-            inputs.append(
-                (runtime.msgs.DrivingCommand, "~/input/driving_command", runtime.on_driving_command, "command")
-            )
-        for msg_type, topic, handler, qos_name in inputs:
-            subs.append(
-                self.create_subscription(
-                    msg_type,
-                    topic,
-                    self._input_callback(qos_name, handler),
-                    qos.input_qos(config.qos[qos_name]),
-                    callback_group=group,
-                )
-            )
-        names += ["odometry", "acceleration", "command"]
         if config.vqa_enabled:
             subs.append(
                 self.create_subscription(
-                    String, "~/input/question", self._on_question, qos.question_qos(), callback_group=group
+                    String,
+                    QUESTION_TOPIC,
+                    lambda msg: self._worker.ask(str(msg.data)),
+                    qos.question_qos(),
+                    callback_group=self._input_group,
                 )
             )
-        self._health.register_inputs(names)
+        self._health.register_inputs(input_names(rows))
         self._input_subscriptions = subs
 
-    def _input_callback(self, name: str, handler: Callable[[Any, int], InputProblem | None]) -> Callable[[Any], None]:
+    def _input_callback(self, row: InputRow) -> Callable[[Any], None]:
         def callback(msg: Any) -> None:
-            now = self.now_ns()
-            try:
-                problem = handler(msg, now)
-            except Exception as exc:  # never let one message kill the node
-                problem = InputProblem(name, f"unexpected error: {type(exc).__name__}: {exc}")
-            self._after_input(name, problem)
-
-        return callback
-
-    def _image_callback(
-        self, index: int, handler: Callable[[int, Any, int], InputProblem | None]
-    ) -> Callable[[Any], None]:
-        runtime = self._runtime
-        name = runtime.image_input_name(index) if runtime is not None else f"image_{index}"
-
-        def callback(msg: Any) -> None:
-            now = self.now_ns()
-            try:
-                problem = handler(index, msg, now)
-            except Exception as exc:
-                problem = InputProblem(name, f"unexpected error: {type(exc).__name__}: {exc}")
-            self._after_input(name, problem)
+            problem = receive(row, msg, self.now_ns())
+            self._after_input(row.name, problem)
             config = self._config  # planning.rate_hz may change live
-            if problem is None and index == 0 and config is not None and config.rate_hz == 0:
-                self._flag_plan()
+            if problem is None and row.is_image and config is not None and config.cadence.plans_on_image(row.index):
+                self._worker.flag("plan")
 
         return callback
 
@@ -524,36 +440,9 @@ class WamDiff2Node(LifecycleNode):
             self.get_logger().warning(f"dropped a message on {problem.input}: {problem.reason}")
             self._publish_diagnostics()
 
-    def _on_question(self, msg: String) -> None:
-        with self._wake:
-            self._questions.append(str(msg.data))
-            self._wake.notify()
-
-    def _flag_plan(self) -> None:
-        with self._wake:
-            self._plan_due = True
-            self._wake.notify()
-
-    def _flag_detect(self) -> None:
-        with self._wake:
-            self._detect_due = True
-            self._wake.notify()
-
     def _stop_worker(self, timeout_s: float = WORKER_JOIN_TIMEOUT_S) -> bool:
         """Stop the worker thread; False when it is still busy after ``timeout_s`` (it is abandoned)."""
-        with self._state_lock:
-            self._active = False
-            self._epoch += 1
-            worker, self._worker = self._worker, None
-        self._stop.set()
-        with self._wake:
-            self._wake.notify_all()
-        if worker is not None and worker is not threading.current_thread():
-            worker.join(timeout_s)
-            if worker.is_alive():
-                self.get_logger().warning("the worker is still finishing an inference; its result is discarded")
-                return False
-        return True
+        return self._worker.stop(timeout_s)
 
     def _stop_activity(self, join_timeout_s: float = WORKER_JOIN_TIMEOUT_S) -> bool:
         stopped = self._stop_worker(join_timeout_s)
@@ -614,12 +503,7 @@ class WamDiff2Node(LifecycleNode):
     def begin_exit(self) -> None:
         """Process exit, first step: nothing more is published, and a running decode stops before its next
         denoising step (``engine.cancel()``; that plan is not published)."""
-        with self._state_lock:
-            self._active = False
-            self._epoch += 1
-        self._stop.set()
-        with self._wake:
-            self._wake.notify_all()
+        self._worker.begin_exit()
         engine = self._engine
         cancel = getattr(engine, "cancel", None)
         if callable(cancel):
@@ -629,142 +513,6 @@ class WamDiff2Node(LifecycleNode):
         """Stop the worker (cancelling its decode) and unload the model (process exit)."""
         self.begin_exit()
         self._release_all(EXIT_JOIN_TIMEOUT_S)
-
-    # ---- worker
-
-    def _work(self, epoch: int) -> None:
-        while not self._stop.is_set():
-            with self._wake:
-                while not (self._plan_due or self._detect_due or self._questions or self._stop.is_set()):
-                    self._wake.wait(0.5)
-                plan, self._plan_due = self._plan_due, False
-                question = self._questions.popleft() if self._questions else None
-                # Everything due runs in this order; detection after planning, so neither starves the other.
-                detect, self._detect_due = self._detect_due, False
-            if self._stop.is_set():
-                break
-            runtime = self._runtime
-            if runtime is None:
-                continue
-            if plan:
-                self._run_step("planning", functools.partial(self._plan_step, runtime, epoch))
-            if question is not None:
-                self._run_step("answer", functools.partial(self._answer_step, runtime, question, epoch))
-            if detect:
-                self._run_step("detection", functools.partial(self._detect_step, runtime, epoch))
-
-    def _run_step(self, what: str, step: Callable[[], None]) -> None:
-        try:
-            step()
-        except DecodeCancelledError:  # shutting down: nothing is published
-            self.get_logger().info(f"{what} decode cancelled (shutting down); nothing published")
-        except Exception as exc:  # model/engine failure: report, keep going
-            message = clean_reason(f"{type(exc).__name__}: {exc}")
-            now = self.now_ns()
-            if what == "detection":
-                self._health.detection_error(message, now)
-            elif what == "planning":
-                self._health.plan_error(message, now)
-            else:
-                self._publish("answer", String(data=f"[no answer: {message}]"))
-            if self._throttle.allow(f"error: {what}: {problem_kind(message)}", time.monotonic_ns()):
-                self.get_logger().error(f"{what} failed: {message}")
-            self._publish_diagnostics()
-
-    def _publishing(self, epoch: int) -> bool:
-        with self._state_lock:
-            return self._active and epoch == self._epoch
-
-    def _publish(self, name: str, msg: Any) -> None:
-        publisher = self._outputs.get(name)
-        if publisher is not None and msg is not None:
-            publisher.publish(msg)
-
-    def _want_debug(self) -> bool:
-        publisher = self._outputs.get("debug_image")
-        return publisher is not None and publisher.get_subscription_count() > 0
-
-    def _plan_step(self, runtime: PlannerRuntime, epoch: int) -> None:
-        cycle: PlanCycle = runtime.plan(self.now_ns(), debug_image=self._want_debug())
-        if cycle.idle or not self._publishing(epoch):
-            return
-        now = self.now_ns()
-        if cycle.result is None:
-            self._health.plan_blocked(cycle.problems, now)
-            self._report_problems("plan", cycle.problems)
-            return
-        result = cycle.result
-        self._publish("path", cycle.path)
-        self._publish("path_fixed", cycle.path_fixed)
-        self._publish("trajectory", cycle.trajectory)
-        self._publish("trajectory_fixed", cycle.trajectory_fixed)
-        self._publish("markers", cycle.markers)
-        self._publish("debug_image", cycle.debug_image)
-        self._last_problem_kinds = ()
-        withheld = result.reason if cycle.stale else ""
-        if not withheld and result.valid and cycle.path is None:
-            withheld = cycle.frame_problem  # planning.frame_id cannot be served
-        if withheld:
-            self._health.plan_withheld(withheld, result.timing, now, result.stamp_ns)
-            self._warn_throttled(f"withheld: {problem_kind(withheld)}", f"no path published: {withheld}")
-            self._publish_diagnostics()
-            return
-        note = cycle.frame_problem if result.valid else result.reason
-        self._health.plan_done(result.valid, note, result.timing, now, result.stamp_ns)
-        if result.valid and cycle.frame_problem:
-            self._warn_throttled(f"frame: {problem_kind(cycle.frame_problem)}", cycle.frame_problem)
-        if result.valid:
-            self.get_logger().info(
-                f"plan {len(result.waypoints)} waypoints, command {result.observation.command.value}; "
-                f"{result.timing.summary()}, steps/block {list(result.steps_per_block)}",
-                throttle_duration_sec=10.0,
-            )
-        else:
-            self._warn_throttled(
-                f"invalid: {problem_kind(result.reason)}",
-                f"invalid model answer, no path published: {result.reason}; {result.timing.summary()}",
-            )
-            self._publish_diagnostics()
-
-    def _detect_step(self, runtime: PlannerRuntime, epoch: int) -> None:
-        cycle: DetectionCycle = runtime.detect(self.now_ns(), debug_image=self._want_debug())
-        if not self._publishing(epoch):
-            return
-        now = self.now_ns()
-        if cycle.result is None:
-            self._health.detection_blocked(cycle.problems, now)
-            self._report_problems("detection", cycle.problems)
-            return
-        result = cycle.result
-        self._publish("detections", cycle.detections)
-        self._publish("detections_2d", cycle.detections_2d)
-        self._publish("markers", cycle.markers)
-        self._publish("debug_image", cycle.debug_image)
-        self._health.detection_done(
-            len(result.detections),
-            result.reason,
-            result.timing.with_end_to_end(cycle.end_to_end_ms),
-            now,
-            result.stamp_ns,
-        )
-        self.get_logger().info(
-            f"detection on {result.camera}: {len(result.detections)} box(es)"
-            + (f" ({result.reason})" if result.reason else "")
-            + f"; {result.timing.summary()}",
-            throttle_duration_sec=10.0,
-        )
-
-    def _answer_step(self, runtime: PlannerRuntime, question: str, epoch: int) -> None:
-        cycle: AnswerCycle = runtime.answer(question, self.now_ns())
-        if not self._publishing(epoch):
-            return
-        if cycle.result is None:
-            reason = "; ".join(str(p) for p in cycle.problems)
-            self.get_logger().warning(f"question not answered: {reason}")
-            self._publish("answer", String(data=f"[no answer: {reason}]"))
-            return
-        self._publish("answer", cycle.message)
-        self.get_logger().info(f"answered {question!r} ({cycle.result.timing.summary()})")
 
 
 def spin_until_shutdown(executor: Executor, context: Any = None, poll_s: float = 0.5) -> int:

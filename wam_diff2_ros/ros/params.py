@@ -31,6 +31,8 @@ from wam_diff2_ros.core.prompts import (
 )
 from wam_diff2_ros.demo.resolve import is_model_name
 
+from .schedule import Cadence
+
 DEFAULT_NODE_NAME = "wam_diff2"
 TRANSPORTS = ("raw", "compressed")
 RELIABILITIES = ("best_effort", "reliable")
@@ -328,6 +330,11 @@ class NodeConfig:
     invalid_rate_window: int
     debug_image: bool
     debug_camera_pose: tuple[float, float, float, float, float, float] | None
+
+    @property
+    def cadence(self) -> Cadence:
+        """When to plan and detect (:mod:`.schedule`)."""
+        return Cadence(self.rate_hz, self.detection_rate_hz)
 
     @property
     def camera_names(self) -> tuple[str, ...]:

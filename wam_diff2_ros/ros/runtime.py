@@ -67,6 +67,31 @@ class PlanCycle:
     stale: bool = False  # the age gate made the plan invalid
     frame_problem: str = ""  # why the plan could not be put into planning.frame_id / the fixed frame
 
+    def outputs(self) -> list[tuple[str, Any]]:
+        """``(output name, message)`` to publish (the node) or write (the replay), in that order; the names
+        are the node's output keys (``path`` → ``~/output/path`` ...)."""
+        named = (
+            ("path", self.path),
+            ("path_fixed", self.path_fixed),
+            ("trajectory", self.trajectory),
+            ("trajectory_fixed", self.trajectory_fixed),
+            ("markers", self.markers),
+            ("debug_image", self.debug_image),
+        )
+        return [(name, msg) for name, msg in named if msg is not None]
+
+    @property
+    def withheld(self) -> str:
+        """Why the model's plan got no Path although it was answered ("" otherwise): the age gate, or a valid
+        plan that ``planning.frame_id`` cannot serve."""
+        result = self.result
+        if result is None:
+            return ""
+        withheld = result.reason if self.stale else ""
+        if not withheld and result.valid and self.path is None:
+            withheld = self.frame_problem
+        return withheld
+
 
 @dataclass
 class DetectionCycle:
@@ -79,6 +104,16 @@ class DetectionCycle:
     markers: Any = None
     debug_image: Any = None
     end_to_end_ms: float = 0.0
+
+    def outputs(self) -> list[tuple[str, Any]]:
+        """``(output name, message)`` to publish or write, in that order."""
+        named = (
+            ("detections", self.detections),
+            ("detections_2d", self.detections_2d),
+            ("markers", self.markers),
+            ("debug_image", self.debug_image),
+        )
+        return [(name, msg) for name, msg in named if msg is not None]
 
 
 @dataclass
