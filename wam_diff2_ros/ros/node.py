@@ -46,48 +46,40 @@ Topics (private, remappable; ``<n>`` = camera index in ``cameras.names``):
 
 from __future__ import annotations
 
-import argparse
 import array
-import contextlib
 import functools
-import os
 import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import rclpy
 from diagnostic_msgs.msg import DiagnosticArray
 from nav_msgs.msg import Path
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
-from rclpy.exceptions import InvalidHandle
-from rclpy.executors import Executor, ExternalShutdownException, MultiThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
-from rclpy.utilities import remove_ros_args
 from sensor_msgs.msg import Image
 from std_msgs.msg import String
 from visualization_msgs.msg import MarkerArray
 
-from wam_diff2_ros.core.planning import EngineLike, release_device_cache
+from wam_diff2_ros.core.planning import EngineLike
 from wam_diff2_ros.core.samples import InputProblem
 
 from . import qos
-from .dds import ensure_fastdds_profile
 from .diagnostics import KeyedThrottle, NodeHealth
 from .inputs import QUESTION_TOPIC, InputRow, input_names, input_table, receive
+from .model_slot import EngineFactory, ModelSlot
 from .param_guard import coerce_set_request, declare_typed_parameters, evaluate_change, parameter_type
 from .params import DEFAULT_NODE_NAME, PARAMETER_SPECS, SPEC_BY_NAME, NodeConfig, ParameterError
+from .process import run_node
 from .runtime import PlannerRuntime
 from .worker import WORKER_JOIN_TIMEOUT_S, Worker
 
-EngineFactory = Callable[[NodeConfig], EngineLike]
 SUCCESS, FAILURE = TransitionCallbackReturn.SUCCESS, TransitionCallbackReturn.FAILURE
 #: At process exit the running decode is cancelled (between two denoising steps); a worker still busy after
 #: this (a non-cancellable stage such as the vision encoder) is abandoned (daemon thread).
 EXIT_JOIN_TIMEOUT_S = 3.0
-SWITCH_INTERVAL_S = 0.001
 
 
 def _plain(value: Any) -> Any:
@@ -119,12 +111,11 @@ class WamDiff2Node(LifecycleNode):
         # Typed, with ranges; overrides of the wrong type or out of range are kept aside for configure to report.
         self._rejected_overrides = declare_typed_parameters(self)
         self._engine_factory = engine_factory or load_engine
-        self._engine: EngineLike | None = None
-        self._engine_path: str | None = None
         self.ignored_parameters: list[str] = []
         self._config: NodeConfig | None = None
         self._runtime: PlannerRuntime | None = None
         self._health = NodeHealth(self.get_fully_qualified_name().lstrip("/"))
+        self._model = ModelSlot(self._health, self.get_logger(), self._publish_diagnostics)
         self._throttle = KeyedThrottle(5.0)
         self._state_lock = threading.RLock()
         self._input_subscriptions: list[Any] = []
@@ -157,6 +148,11 @@ class WamDiff2Node(LifecycleNode):
     def now_ns(self) -> int:
         """The node clock (sim time aware) in ns."""
         return self.get_clock().now().nanoseconds
+
+    @property
+    def _engine(self) -> EngineLike | None:
+        """The loaded engine (None: not loaded)."""
+        return self._model.engine
 
     @property
     def _outputs(self) -> dict[str, Any]:
@@ -275,7 +271,7 @@ class WamDiff2Node(LifecycleNode):
         self._diag_timer = self.create_timer(
             config.diagnostics_period_s, self._publish_diagnostics, callback_group=self._diag_group
         )
-        if not self._load_engine(config):
+        if not self._model.load(config, self._engine_factory):
             return FAILURE
         self._config = config
         assert self._engine is not None
@@ -294,54 +290,6 @@ class WamDiff2Node(LifecycleNode):
         )
         self._publish_diagnostics()
         return SUCCESS
-
-    def _load_engine(self, config: NodeConfig) -> bool:
-        logger = self.get_logger()
-        if self._engine is not None and self._engine_path == config.model_path:
-            return True
-        self._close_engine()
-        self._health.set_model("loading", path=config.model_path)
-        self._publish_diagnostics()
-        started = time.perf_counter()
-        try:
-            engine = self._engine_factory(config)
-        except Exception as exc:  # CheckpointError, device errors, out of memory ...
-            logger.error(f"configure failed: cannot load the model from {config.model_path!r}: {exc}")
-            self._health.set_model("failed", error=f"cannot load {config.model_path!r}: {exc}", path=config.model_path)
-            self._publish_diagnostics()
-            return False
-        self._engine = engine
-        self._engine_path = config.model_path
-        device, dtype = str(getattr(engine, "device", "?")), str(getattr(engine, "dtype", "?")).replace("torch.", "")
-        self._health.set_model("loaded", name=engine.name, path=config.model_path, device=device, dtype=dtype)
-        logger.info(f"model {engine.name} loaded on {device} ({dtype}) in {time.perf_counter() - started:.1f} s")
-        if config.warmup:
-            self._warmup(engine, config)
-        return True
-
-    def _warmup(self, engine: EngineLike, config: NodeConfig) -> None:
-        import numpy as np
-
-        started = time.perf_counter()
-        try:
-            engine.generate(
-                "<image>Describe the scene.",
-                [np.full((224, 224, 3), 128, dtype=np.uint8)],
-                decode=config.decode.with_overrides(max_new_tokens=config.decode.block_size),
-            )
-            self.get_logger().info(f"warm-up decode took {time.perf_counter() - started:.1f} s")
-        except Exception as exc:
-            self.get_logger().warning(f"warm-up decode failed: {exc}")
-
-    def _close_engine(self) -> None:
-        engine, self._engine = self._engine, None
-        self._engine_path = None
-        if engine is not None and hasattr(engine, "close"):
-            try:
-                engine.close()
-            except Exception as exc:
-                self.get_logger().warning(f"closing the engine failed: {exc}")
-        self._health.set_model("not loaded")
 
     def _create_publishers(self, config: NodeConfig) -> None:
         self._destroy_publishers()
@@ -378,7 +326,7 @@ class WamDiff2Node(LifecycleNode):
         if config is None:
             return FAILURE
         if self._engine is None:  # unloaded on deactivate
-            if not self._load_engine(config):
+            if not self._model.load(config, self._engine_factory):
                 return FAILURE
             assert self._engine is not None
             self._runtime = PlannerRuntime(config, self._engine, clock=self.now_ns)
@@ -459,10 +407,10 @@ class WamDiff2Node(LifecycleNode):
         """Stop subscriptions, timers and the worker; free cached device memory."""
         self._stop_activity()
         if self._config is not None and self._config.unload_on_deactivate:
-            self._close_engine()
+            self._model.close()
             self._runtime = None
-        elif self._engine is not None:
-            release_device_cache(getattr(self._engine, "device", "cpu"))
+        else:
+            self._model.release_cache()
         self._health.set_lifecycle("inactive")
         self.get_logger().info("deactivated")
         self._publish_diagnostics()
@@ -493,10 +441,9 @@ class WamDiff2Node(LifecycleNode):
         stopped = self._stop_activity(join_timeout_s)
         self._destroy_publishers()
         if stopped:
-            self._close_engine()
-        else:  # the busy worker holds the engine: closing it would wait for the decode; the process exit frees it
-            self._engine = None
-            self._engine_path = None
+            self._model.close()
+        else:
+            self._model.abandon()
         self._runtime = None
         self._config = None
 
@@ -504,10 +451,7 @@ class WamDiff2Node(LifecycleNode):
         """Process exit, first step: nothing more is published, and a running decode stops before its next
         denoising step (``engine.cancel()``; that plan is not published)."""
         self._worker.begin_exit()
-        engine = self._engine
-        cancel = getattr(engine, "cancel", None)
-        if callable(cancel):
-            cancel()
+        self._model.cancel()
 
     def close(self) -> None:
         """Stop the worker (cancelling its decode) and unload the model (process exit)."""
@@ -515,81 +459,12 @@ class WamDiff2Node(LifecycleNode):
         self._release_all(EXIT_JOIN_TIMEOUT_S)
 
 
-def spin_until_shutdown(executor: Executor, context: Any = None, poll_s: float = 0.5) -> int:
-    """``executor.spin()`` that survives rclpy's wait-set race; returns how many times it recovered.
-
-    With a multi-threaded executor, a callback that destroys a subscription (deactivate) while the spinning
-    thread builds its wait set can make rclpy raise ``InvalidHandle`` ("destruction was requested") out of
-    ``spin()`` (its subscriptions' QoS event handlers are added to the wait set without the guard the other
-    entities get), which would end the node. Here the wait set is simply rebuilt on the next turn.
-    """
-    recovered = 0
-    # Executor.spin()'s own loop condition (the shutdown flag has no public accessor).
-    while rclpy.ok(context=context) and not getattr(executor, "_is_shutdown", False):
-        try:
-            executor.spin_once(timeout_sec=poll_s)
-        except InvalidHandle:
-            recovered += 1
-    return recovered
-
-
 def main(
     argv: Sequence[str] | None = None, engine_factory: EngineFactory | None = None, exit_process: bool = True
 ) -> int:
-    """Console script ``wam_diff2_node`` (``ros2 run wam_diff2_ros wam_diff2_node --ros-args ...``).
-
-    SIGINT and SIGTERM (rclpy's handlers) end the spin; the running decode is cancelled, the worker, executor,
-    node and context are shut down in that order, and the exit code is 0 (launch's convention for a clean
-    stop). With ``exit_process`` (the console script) the process then ends with ``os._exit`` after the exit
-    handlers ran and the streams were flushed: the interpreter's own teardown of torch, transformers and the
-    DDS libraries took ~1.4 s more (measured, idle node) and only freed memory the process gives back anyway.
-    """
-    args = list(sys.argv if argv is None else argv)
-    cli = remove_ros_args(args)[1:]
-    parser = argparse.ArgumentParser(
-        prog="wam_diff2_node",
-        description="WAM-Diff2 planner node. Parameters: --ros-args --params-file config/wam_diff2.yaml "
-        "-p model.path:=/path/to/checkpoint",
-    )
-    parser.parse_args(cli)
-    # The worker thread runs Python-heavy decoding; with CPython's default 5 ms GIL switch interval the
-    # executor threads (which release and re-take the GIL many times per callback) starve behind it and
-    # sensor messages are lost (measured: ~30 % of 10 Hz images received during CPU inference; ~95 % at
-    # 1 ms). A 1 ms interval keeps callbacks flowing at negligible cost.
-    sys.setswitchinterval(SWITCH_INTERVAL_S)
-    applied = ensure_fastdds_profile()
-    rclpy.init(args=args)
-    node = WamDiff2Node(engine_factory=engine_factory)
-    if applied:
-        node.get_logger().info(f"Fast DDS profile: {', '.join(f'{k}={v}' for k, v in applied.items())}")
-    executor = MultiThreadedExecutor(num_threads=4)
-    executor.add_node(node)
-    try:
-        spin_until_shutdown(executor)
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        node.begin_exit()  # cancel the running decode first: it stops while the rest shuts down
-        executor.shutdown(timeout_sec=5.0)  # no callback runs while the node is torn down
-        node.close()
-        node.destroy_node()
-        rclpy.try_shutdown()
-    if exit_process:
-        _exit_now(0)
-    return 0
-
-
-def _exit_now(code: int) -> None:
-    """End the process now: exit handlers, flushed streams, then ``os._exit`` (no interpreter teardown)."""
-    import atexit
-    import logging
-
-    atexit._run_exitfuncs()
-    logging.shutdown()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError):
-            stream.flush()
-    os._exit(code)
+    """Console script ``wam_diff2_node`` (``ros2 run wam_diff2_ros wam_diff2_node --ros-args ...``): the node in
+    its process (:func:`~.process.run_node`: exit code 0 on SIGINT/SIGTERM)."""
+    return run_node(lambda: WamDiff2Node(engine_factory=engine_factory), argv, exit_process)
 
 
 if __name__ == "__main__":
