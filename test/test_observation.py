@@ -12,8 +12,6 @@ from wam_diff2_ros.core.camera import CameraIntrinsics
 from wam_diff2_ros.core.observation import ObservationBuffer, SyncConfig
 from wam_diff2_ros.core.prompts import NavigationCommand
 from wam_diff2_ros.core.samples import (
-    NS_PER_MS,
-    NS_PER_S,
     AccelerationSample,
     CommandSample,
     ImageSample,
@@ -21,6 +19,7 @@ from wam_diff2_ros.core.samples import (
     LazyImage,
     OdometrySample,
 )
+from wam_diff2_ros.core.units import NS_PER_MS, NS_PER_S
 
 T0 = 1_700_000_000 * NS_PER_S
 

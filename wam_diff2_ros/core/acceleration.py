@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .samples import NS_PER_S, InputError, OdometrySample
+from .samples import InputError, OdometrySample
+from .units import NS_PER_S
 
 ACCELERATION_SOURCES = ("auto", "topic", "odometry")
 

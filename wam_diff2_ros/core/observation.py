@@ -42,8 +42,6 @@ from .camera import CameraFrame, CameraIntrinsics
 from .frames import EgoPose, pose_at
 from .prompts import NavigationCommand
 from .samples import (
-    NS_PER_MS,
-    NS_PER_S,
     AccelerationSample,
     CommandSample,
     ImageSample,
@@ -51,6 +49,7 @@ from .samples import (
     InputProblem,
     OdometrySample,
 )
+from .units import NS_PER_MS, NS_PER_S
 
 # A 1 Hz command topic may lose two messages before its command expires; a dead one expires within 3 s.
 DEFAULT_COMMAND_MAX_AGE_S = 3.0

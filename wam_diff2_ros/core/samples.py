@@ -18,9 +18,6 @@ import numpy as np
 from .frames import EgoPose
 from .prompts import NavigationCommand
 
-NS_PER_S = 1_000_000_000
-NS_PER_MS = 1_000_000
-
 
 class InputError(ValueError):
     """A sensor sample that cannot be used (the message says why); the caller drops it."""

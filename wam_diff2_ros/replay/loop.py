@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from wam_diff2_ros.core.samples import NS_PER_S
+from wam_diff2_ros.core.units import NS_PER_S
 from wam_diff2_ros.replay.errors import (
     EXIT_BAG_DAMAGED,
     EXIT_FAILED,
@@ -58,15 +58,13 @@ def _prepare_out_dir(out: Path, overwrite: bool) -> None:
 
 def _odometry_row(msg: Any) -> tuple[int, float, float, float] | None:
     """``(header stamp ns, x, y, yaw)`` of an Odometry message; None when unusable."""
+    from wam_diff2_ros.ros.conversions import odometry_track_point
+
     try:
-        stamp = int(msg.header.stamp.sec) * NS_PER_S + int(msg.header.stamp.nanosec)
-        pose = msg.pose.pose
-        q = pose.orientation
-        yaw = math.atan2(2.0 * (q.w * q.z + q.x * q.y), 1.0 - 2.0 * (q.y * q.y + q.z * q.z))
-        row = (stamp, float(pose.position.x), float(pose.position.y), yaw)
+        row = odometry_track_point(msg)
     except (AttributeError, TypeError, ValueError):
         return None
-    return row if stamp > 0 and all(math.isfinite(v) for v in row[1:]) else None
+    return row if row[0] > 0 and all(math.isfinite(v) for v in row[1:]) else None
 
 
 def _bag_duration_s(bag: Path) -> float | None:

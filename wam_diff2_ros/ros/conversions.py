@@ -45,10 +45,10 @@ from typing import Any
 import numpy as np
 
 from wam_diff2_ros.core.camera import CameraIntrinsics
+from wam_diff2_ros.core.frames import EgoPose, ego_pose, yaw_from_quaternion
 from wam_diff2_ros.core.image_headers import JPEG_MAGIC, PNG_MAGIC, jpeg_header, png_header
 from wam_diff2_ros.core.prompts import COMMAND_ORDER, parse_navigation_command
 from wam_diff2_ros.core.samples import (
-    NS_PER_S,
     AccelerationSample,
     CommandSample,
     ImageSample,
@@ -56,6 +56,7 @@ from wam_diff2_ros.core.samples import (
     LazyImage,
     OdometrySample,
 )
+from wam_diff2_ros.core.units import NS_PER_S
 
 MAX_IMAGE_PIXELS = 64_000_000
 
@@ -406,6 +407,31 @@ def odometry_sample(msg: Any, receive_ns: int) -> OdometrySample:
         )
     stamp = header_stamp_ns(msg, "odometry")
     return OdometrySample(stamp, int(receive_ns), *values)
+
+
+def odometry_pose(msg: Any) -> EgoPose | None:
+    """The ego pose of a ``nav_msgs/Odometry`` in its ``header.frame_id`` (None when unusable)."""
+    pose = msg.pose.pose
+    p, q = pose.position, pose.orientation
+    return ego_pose(
+        str(msg.header.frame_id),
+        float(p.x),
+        float(p.y),
+        float(p.z),
+        float(q.x),
+        float(q.y),
+        float(q.z),
+        float(q.w),
+    )
+
+
+def odometry_track_point(msg: Any) -> tuple[int, float, float, float]:
+    """``(header stamp ns, x, y, yaw)`` of a ``nav_msgs/Odometry``'s pose, as the replay's evaluation tracks the ego
+    (yaw NaN when the orientation is not a rotation; the caller checks)."""
+    pose = msg.pose.pose
+    p, q = pose.position, pose.orientation
+    yaw = yaw_from_quaternion(float(q.x), float(q.y), float(q.z), float(q.w))
+    return stamp_to_ns(msg.header.stamp), float(p.x), float(p.y), math.nan if yaw is None else yaw
 
 
 def acceleration_sample(msg: Any, receive_ns: int) -> AccelerationSample:

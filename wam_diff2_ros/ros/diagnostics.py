@@ -30,7 +30,8 @@ from dataclasses import dataclass
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 
 from wam_diff2_ros.core.planning import StageTiming
-from wam_diff2_ros.core.samples import NS_PER_S, InputProblem
+from wam_diff2_ros.core.samples import InputProblem
+from wam_diff2_ros.core.units import NS_PER_S
 
 from .conversions import ns_to_stamp
 

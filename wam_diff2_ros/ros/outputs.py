@@ -32,7 +32,7 @@ from visualization_msgs.msg import Marker, MarkerArray
 from wam_diff2_ros.core.frames import EgoPose, transform_waypoints
 from wam_diff2_ros.core.parsing import Waypoint
 from wam_diff2_ros.core.planning import AnswerResult, DetectionResult, PlanResult, StageTiming
-from wam_diff2_ros.core.samples import NS_PER_S
+from wam_diff2_ros.core.units import NS_PER_S
 
 from .conversions import ns_to_duration, ns_to_stamp
 

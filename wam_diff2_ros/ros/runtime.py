@@ -32,7 +32,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from wam_diff2_ros.core.frames import EgoPose, ego_pose
 from wam_diff2_ros.core.image_headers import compressed_header_problem
 from wam_diff2_ros.core.observation import ObservationBuffer
 from wam_diff2_ros.core.planning import (
@@ -43,7 +42,8 @@ from wam_diff2_ros.core.planning import (
     PlanningInputError,
     PlanResult,
 )
-from wam_diff2_ros.core.samples import NS_PER_MS, InputError, InputProblem
+from wam_diff2_ros.core.samples import InputError, InputProblem
+from wam_diff2_ros.core.units import NS_PER_MS
 
 from . import conversions, outputs
 from .debug_image import draw_debug_image
@@ -203,7 +203,7 @@ class PlannerRuntime:
 
         def store() -> None:
             sample = conversions.odometry_sample(msg, receive_ns)
-            self.buffer.add_odometry(replace(sample, pose=odometry_pose(msg)))
+            self.buffer.add_odometry(replace(sample, pose=conversions.odometry_pose(msg)))
 
         return self._guard("odometry", store)
 
@@ -376,19 +376,3 @@ def _invalid(result: PlanResult, reason: str) -> PlanResult:
     if not result.valid:
         return result
     return replace(result, valid=False, waypoints=(), reason=reason)
-
-
-def odometry_pose(msg: Any) -> EgoPose | None:
-    """The ego pose of a ``nav_msgs/Odometry`` in its ``header.frame_id`` (None when unusable)."""
-    pose = msg.pose.pose
-    p, q = pose.position, pose.orientation
-    return ego_pose(
-        str(msg.header.frame_id),
-        float(p.x),
-        float(p.y),
-        float(p.z),
-        float(q.x),
-        float(q.y),
-        float(q.z),
-        float(q.w),
-    )

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from wam_diff2_ros.core.samples import NS_PER_S
+from wam_diff2_ros.core.units import NS_PER_S
 
 #: The order in which work that is due together runs.
 ORDER = ("plan", "answer", "detect")
