@@ -56,7 +56,7 @@ def _prepare_out_dir(out: Path, overwrite: bool) -> None:
     out.mkdir(parents=True, exist_ok=True)
 
 
-def _odometry_row(msg: Any) -> tuple[int, float, float, float] | None:
+def _odometry_point(msg: Any) -> tuple[int, float, float, float] | None:
     """``(header stamp ns, x, y, yaw)`` of an Odometry message; None when unusable."""
     from wam_diff2_ros.ros.conversions import odometry_track_point
 
@@ -244,9 +244,9 @@ def _run_replay(
                     run.first_decode_error = run.first_decode_error or f"{topic} at {stamp_ns} ns: {exc}"
                     continue
                 if topic == topic_map.odometry:
-                    row = _odometry_row(msg)
-                    if row is not None:
-                        run.odometry.append(row)
+                    point = _odometry_point(msg)
+                    if point is not None:
+                        run.odometry.append(point)
                 if planning_done:
                     continue
                 if topic in outputs.copied and stamp_ns >= window_start:

@@ -10,19 +10,19 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from wam_diff2_ros.replay.errors import ReplayUsageError
+from wam_diff2_ros.ros.params.specs import DEFAULT_NODE_NAME
+from wam_diff2_ros.ros.topics import OUTPUT_TOPICS as NODE_TOPICS
+from wam_diff2_ros.ros.topics import absolute
 
 if TYPE_CHECKING:  # the table needs rclpy's messages; the replay imports it when it runs
     from wam_diff2_ros.ros.inputs import InputRow
 
-NODE_PREFIX = "/wam_diff2"
+NODE_PREFIX = f"/{DEFAULT_NODE_NAME}"
+#: The node's outputs the replay writes, under the node's own topic names (detections_2d and answers are not
+#: replayed).
 OUTPUT_TOPICS = {
-    "path": f"{NODE_PREFIX}/output/path",
-    "path_fixed": f"{NODE_PREFIX}/output/path_fixed",
-    "trajectory": f"{NODE_PREFIX}/output/trajectory",
-    "trajectory_fixed": f"{NODE_PREFIX}/output/trajectory_fixed",
-    "markers": f"{NODE_PREFIX}/output/markers",
-    "detections": f"{NODE_PREFIX}/output/detections",
-    "debug_image": f"{NODE_PREFIX}/debug/image",
+    name: absolute(NODE_TOPICS[name], NODE_PREFIX)
+    for name in ("path", "path_fixed", "trajectory", "trajectory_fixed", "markers", "detections", "debug_image")
 }
 BAG_DIR_NAME = "out"
 OUTPUT_NAMES = (

@@ -7,7 +7,7 @@ Roles: ``image`` (``sensor_msgs/Image`` or ``CompressedImage`` by ``cameras.tran
 per camera (``index`` = camera index), ``odometry``, ``acceleration``, ``command`` (``std_msgs/String``) and
 ``driving_command`` (``wam_diff2_ros/DrivingCommand``, the same role under its own topic name; only where the
 package's messages import). The VQA question topic is not an input of the runtime: the node queues questions
-for its worker (:data:`QUESTION_TOPIC`).
+for its worker (:data:`~.topics.QUESTION_TOPIC`).
 """
 
 from __future__ import annotations
@@ -26,10 +26,17 @@ from wam_diff2_ros.core.samples import InputProblem
 
 from .params import NodeConfig
 from .runtime import PlannerRuntime
+from .topics import (
+    ACCELERATION_TOPIC,
+    COMMAND_TOPIC,
+    DRIVING_COMMAND_TOPIC,
+    ODOMETRY_TOPIC,
+    camera_info_topic,
+    image_topic,
+)
 
 #: ``(msg, receive_ns) → None or the problem that dropped the message``
 Handler = Callable[[Any, int], InputProblem | None]
-QUESTION_TOPIC = "~/input/question"
 
 
 @dataclass(frozen=True)
@@ -62,7 +69,7 @@ def input_table(config: NodeConfig, runtime: PlannerRuntime) -> list[InputRow]:
         rows.append(
             InputRow(
                 "image",
-                f"~/input/image_{index}",
+                image_topic(index),
                 msg_type,
                 "image",
                 runtime.image_input_name(index),
@@ -73,7 +80,7 @@ def input_table(config: NodeConfig, runtime: PlannerRuntime) -> list[InputRow]:
         rows.append(
             InputRow(
                 "camera_info",
-                f"~/input/camera_info_{index}",
+                camera_info_topic(index),
                 CameraInfo,
                 "camera_info",
                 f"camera_info_{index} ({camera.name})",
@@ -82,22 +89,22 @@ def input_table(config: NodeConfig, runtime: PlannerRuntime) -> list[InputRow]:
             )
         )
     rows += [
-        InputRow("odometry", "~/input/odometry", Odometry, "odometry", "odometry", runtime.on_odometry),
+        InputRow("odometry", ODOMETRY_TOPIC, Odometry, "odometry", "odometry", runtime.on_odometry),
         InputRow(
             "acceleration",
-            "~/input/acceleration",
+            ACCELERATION_TOPIC,
             AccelWithCovarianceStamped,
             "acceleration",
             "acceleration",
             runtime.on_acceleration,
         ),
-        InputRow("command", "~/input/command", String, "command", "command", runtime.on_command),
+        InputRow("command", COMMAND_TOPIC, String, "command", "command", runtime.on_command),
     ]
     if runtime.msgs is not None:
         rows.append(
             InputRow(
                 "driving_command",
-                "~/input/driving_command",
+                DRIVING_COMMAND_TOPIC,
                 runtime.msgs.DrivingCommand,
                 "command",
                 "command",

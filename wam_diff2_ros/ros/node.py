@@ -55,25 +55,24 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from diagnostic_msgs.msg import DiagnosticArray
-from nav_msgs.msg import Path
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
-from sensor_msgs.msg import Image
 from std_msgs.msg import String
-from visualization_msgs.msg import MarkerArray
 
 from wam_diff2_ros.core.planning import EngineLike
 from wam_diff2_ros.core.samples import InputProblem
 
 from . import qos
 from .diagnostics import KeyedThrottle, NodeHealth
-from .inputs import QUESTION_TOPIC, InputRow, input_names, input_table, receive
+from .inputs import InputRow, input_names, input_table, receive
 from .model_slot import EngineFactory, ModelSlot
+from .outputs import output_types
 from .param_guard import coerce_set_request, declare_typed_parameters, evaluate_change, parameter_type
 from .params import DEFAULT_NODE_NAME, PARAMETER_SPECS, SPEC_BY_NAME, NodeConfig, ParameterError
 from .process import run_node
 from .runtime import PlannerRuntime
+from .topics import OUTPUT_TOPICS, QUESTION_TOPIC
 from .worker import WORKER_JOIN_TIMEOUT_S, Worker
 
 SUCCESS, FAILURE = TransitionCallbackReturn.SUCCESS, TransitionCallbackReturn.FAILURE
@@ -213,11 +212,7 @@ class WamDiff2Node(LifecycleNode):
         if "diagnostics.invalid_rate_window" in names:
             self._health.reset_window(config.invalid_rate_window)
         if "diagnostics.period_s" in names:
-            self._diag_timer.cancel()
-            self.destroy_timer(self._diag_timer)
-            self._diag_timer = self.create_timer(
-                config.diagnostics_period_s, self._publish_diagnostics, callback_group=self._diag_group
-            )
+            self._restart_diagnostics_timer(config.diagnostics_period_s)
         if self._worker.active and ("planning.rate_hz" in names or "detection.rate_hz" in names):
             self._start_work_timers(config)
 
@@ -233,6 +228,11 @@ class WamDiff2Node(LifecycleNode):
         for timer in timers:
             timer.cancel()
             self.destroy_timer(timer)
+
+    def _restart_diagnostics_timer(self, period_s: float) -> None:
+        self._diag_timer.cancel()
+        self.destroy_timer(self._diag_timer)
+        self._diag_timer = self.create_timer(period_s, self._publish_diagnostics, callback_group=self._diag_group)
 
     def _publish_diagnostics(self) -> None:
         runtime = self._runtime
@@ -266,11 +266,7 @@ class WamDiff2Node(LifecycleNode):
                 f"detection.max_new_tokens is {config.planning.detection_max_new_tokens}; "
                 "detection answers usually need >= 512 tokens and will be cut short"
             )
-        self._diag_timer.cancel()
-        self.destroy_timer(self._diag_timer)
-        self._diag_timer = self.create_timer(
-            config.diagnostics_period_s, self._publish_diagnostics, callback_group=self._diag_group
-        )
+        self._restart_diagnostics_timer(config.diagnostics_period_s)
         if not self._model.load(config, self._engine_factory):
             return FAILURE
         self._config = config
@@ -281,7 +277,7 @@ class WamDiff2Node(LifecycleNode):
                 f"{self._runtime.msgs_problem}: ~/output/trajectory, ~/output/detections and "
                 "~/input/driving_command are disabled; Path, markers, debug image, answers and diagnostics work"
             )
-        self._create_publishers(config)
+        self._create_publishers(self._runtime)
         self._health.set_lifecycle("inactive")
         logger.info(
             f"configured: model {self._engine.name} on {getattr(self._engine, 'device', '?')}, cameras "
@@ -291,29 +287,15 @@ class WamDiff2Node(LifecycleNode):
         self._publish_diagnostics()
         return SUCCESS
 
-    def _create_publishers(self, config: NodeConfig) -> None:
+    def _create_publishers(self, runtime: PlannerRuntime) -> None:
+        """One publisher per output the runtime can produce (:func:`~.outputs.output_types`)."""
         self._destroy_publishers()
-        out = qos.output_qos()
-        pubs = {
-            "path": self.create_publisher(Path, "~/output/path", out),
-            "path_fixed": self.create_publisher(Path, "~/output/path_fixed", out),
-            "markers": self.create_publisher(MarkerArray, "~/output/markers", out),
-            "answer": self.create_publisher(String, "~/output/answer", out),
+        self._worker.publishers = {
+            name: self.create_publisher(
+                msg_type, OUTPUT_TOPICS[name], qos.debug_image_qos() if name == "debug_image" else qos.output_qos()
+            )
+            for name, msg_type in output_types(runtime.msgs, runtime.vision_msgs, runtime.config.debug_image).items()
         }
-        if config.debug_image:
-            pubs["debug_image"] = self.create_publisher(Image, "~/debug/image", qos.debug_image_qos())
-        runtime = self._runtime
-        if runtime is not None and runtime.msgs is not None:
-            pubs["trajectory"] = self.create_publisher(runtime.msgs.PlannedTrajectory, "~/output/trajectory", out)
-            pubs["trajectory_fixed"] = self.create_publisher(
-                runtime.msgs.PlannedTrajectory, "~/output/trajectory_fixed", out
-            )
-            pubs["detections"] = self.create_publisher(runtime.msgs.DetectionArray, "~/output/detections", out)
-        if runtime is not None and runtime.vision_msgs is not None:
-            pubs["detections_2d"] = self.create_publisher(
-                runtime.vision_msgs.Detection2DArray, "~/output/detections_2d", out
-            )
-        self._worker.publishers = pubs
 
     def _destroy_publishers(self) -> None:
         pubs, self._worker.publishers = self._worker.publishers, {}
