@@ -18,30 +18,8 @@ Threads: subscription callbacks only convert the header and store the message
 one worker thread plans, detects and answers, so inference never runs in a callback and the
 executor (a ``MultiThreadedExecutor``) keeps serving parameters, diagnostics and inputs meanwhile.
 
-Topics (private, remappable; ``<n>`` = camera index in ``cameras.names``):
-
-======================================  ==================================================
-``~/input/image_<n>``                   ``sensor_msgs/Image`` or ``sensor_msgs/CompressedImage``
-                                        (``cameras.transports``)
-``~/input/camera_info_<n>``             ``sensor_msgs/CameraInfo`` (optional)
-``~/input/command``                     ``std_msgs/String`` left/straight/right/unknown
-``~/input/driving_command``             ``wam_diff2_ros/DrivingCommand`` (same role; ROS allows one
-                                        type per topic name, so it has its own name)
-``~/input/odometry``                    ``nav_msgs/Odometry`` (twist in the child frame)
-``~/input/acceleration``                ``geometry_msgs/AccelWithCovarianceStamped`` (optional)
-``~/input/question``                    ``std_msgs/String`` (VQA)
-``~/output/path``                       ``nav_msgs/Path`` in ``planning.frame_id`` (base_link)
-``~/output/trajectory``                 ``wam_diff2_ros/PlannedTrajectory`` (same frame)
-``~/output/path_fixed``                 ``nav_msgs/Path`` in the odometry's frame (odom/map): the plan
-                                        transformed by the ego pose at the image stamp
-``~/output/trajectory_fixed``           ``wam_diff2_ros/PlannedTrajectory`` in the odometry's frame
-``~/output/markers``                    ``visualization_msgs/MarkerArray`` (path and detections)
-``~/output/detections``                 ``wam_diff2_ros/DetectionArray``
-``~/output/detections_2d``              ``vision_msgs/Detection2DArray`` (where vision_msgs is installed)
-``~/output/answer``                     ``std_msgs/String``
-``~/debug/image``                       ``sensor_msgs/Image`` (rgb8)
-``/diagnostics``                        ``diagnostic_msgs/DiagnosticArray``
-======================================  ==================================================
+Topics: :mod:`.topics` (the table); inputs: :mod:`.inputs`; when to plan: :mod:`.schedule`; the worker:
+:mod:`.worker`.
 """
 
 from __future__ import annotations
@@ -291,9 +269,7 @@ class WamDiff2Node(LifecycleNode):
         """One publisher per output the runtime can produce (:func:`~.outputs.output_types`)."""
         self._destroy_publishers()
         self._worker.publishers = {
-            name: self.create_publisher(
-                msg_type, OUTPUT_TOPICS[name], qos.debug_image_qos() if name == "debug_image" else qos.output_qos()
-            )
+            name: self.create_publisher(msg_type, OUTPUT_TOPICS[name], qos.publisher_qos(name))
             for name, msg_type in output_types(runtime.msgs, runtime.vision_msgs, runtime.config.debug_image).items()
         }
 
@@ -370,12 +346,8 @@ class WamDiff2Node(LifecycleNode):
             self.get_logger().warning(f"dropped a message on {problem.input}: {problem.reason}")
             self._publish_diagnostics()
 
-    def _stop_worker(self, timeout_s: float = WORKER_JOIN_TIMEOUT_S) -> bool:
-        """Stop the worker thread; False when it is still busy after ``timeout_s`` (it is abandoned)."""
-        return self._worker.stop(timeout_s)
-
     def _stop_activity(self, join_timeout_s: float = WORKER_JOIN_TIMEOUT_S) -> bool:
-        stopped = self._stop_worker(join_timeout_s)
+        stopped = self._worker.stop(join_timeout_s)  # False: still busy, abandoned
         with self._state_lock:
             self._cancel_work_timers()
         for subscription in self._input_subscriptions:
