@@ -22,8 +22,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+from .camera import CameraFrame, CameraIntrinsics
 from .decoding import DecodeConfig
-from .observation import CameraFrame, CameraIntrinsics, Observation
+from .observation import Observation
 from .parsing import (
     DEFAULT_KINEMATIC_LIMITS,
     Detection,
