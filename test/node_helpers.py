@@ -447,7 +447,7 @@ class Harness:
 
         from rclpy.executors import ExternalShutdownException
 
-        from wam_diff2_ros.ros.node import spin_until_shutdown
+        from wam_diff2_ros.ros.process import spin_until_shutdown
 
         with contextlib.suppress(ExternalShutdownException):
             spin_until_shutdown(self.executor, self.context)

@@ -23,8 +23,8 @@ from sensor_msgs.msg import CameraInfo, CompressedImage, Image
 from std_msgs.msg import String
 
 from wam_diff2_ros.core.image_headers import jpeg_header, png_header
-from wam_diff2_ros.core.observation import InputError
 from wam_diff2_ros.core.prompts import NavigationCommand
+from wam_diff2_ros.core.samples import InputError
 from wam_diff2_ros.ros import conversions
 from wam_diff2_ros.ros.conversions import ImageConversionError
 

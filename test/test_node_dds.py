@@ -547,7 +547,7 @@ def test_spin_survives_invalid_handle_races() -> None:
     from rclpy.context import Context
     from rclpy.exceptions import InvalidHandle
 
-    from wam_diff2_ros.ros.node import spin_until_shutdown
+    from wam_diff2_ros.ros.process import spin_until_shutdown
 
     context = Context()
     rclpy.init(context=context)

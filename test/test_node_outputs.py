@@ -14,7 +14,7 @@ from rclpy.serialization import deserialize_message, serialize_message
 from test_planning import STAMP, make_frame, make_observation
 from visualization_msgs.msg import Marker
 
-from wam_diff2_ros.core.observation import CameraIntrinsics
+from wam_diff2_ros.core.camera import CameraIntrinsics
 from wam_diff2_ros.core.parsing import Detection, parse_waypoints
 from wam_diff2_ros.core.planning import DetectionResult, PlanResult, StageTiming
 from wam_diff2_ros.ros import debug_image, outputs

@@ -31,6 +31,33 @@ def test_yaml_lists_every_parameter_with_its_default() -> None:
     assert NodeConfig.from_parameters(values, require_model=False).frame_id == "base_link"
 
 
+def test_defaults_are_the_core_configs_defaults() -> None:
+    """The table (and so the YAML) shows the core dataclasses' defaults: the node configured with nothing but
+    defaults decodes, plans, synchronises and filters exactly as the core does with its own defaults."""
+    import dataclasses
+
+    from wam_diff2_ros.core.acceleration import AccelerationFilterConfig
+    from wam_diff2_ros.core.decoding import DecodeConfig
+    from wam_diff2_ros.core.observation import SyncConfig
+    from wam_diff2_ros.core.planning import PlanningConfig
+
+    config = NodeConfig.from_parameters({}, require_model=False)
+    assert config.decode == DecodeConfig()
+    assert config.sync == SyncConfig()
+    assert config.acceleration_filter == AccelerationFilterConfig()
+    core = PlanningConfig()
+    for field in dataclasses.fields(PlanningConfig):
+        if field.name != "system":  # prompt.system '' = no system turn (PlanningConfig: None)
+            assert getattr(config.planning, field.name) == getattr(core, field.name), field.name
+    assert config.planning.system is None and core.system is None
+    defaults = {spec.name: spec.default for spec in PARAMETER_SPECS}
+    for field in dataclasses.fields(DecodeConfig):
+        name = f"decoding.{field.name}"
+        if name in defaults:
+            expected = getattr(DecodeConfig(), field.name)
+            assert defaults[name] == (-1 if expected is None else expected), name
+
+
 def test_every_yaml_parameter_is_documented_by_a_comment() -> None:
     """Walking up from each leaf key through other keys, a comment comes before a blank line."""
     lines = YAML_PATH.read_text(encoding="utf-8").splitlines()

@@ -17,8 +17,9 @@ from PIL import Image as PILImage
 from sensor_msgs.msg import CameraInfo
 from std_msgs.msg import String
 
-from wam_diff2_ros.core.observation import NS_PER_MS, InputProblem
 from wam_diff2_ros.core.planning import StageTiming
+from wam_diff2_ros.core.samples import InputProblem
+from wam_diff2_ros.core.units import NS_PER_MS
 from wam_diff2_ros.ros.conversions import ns_to_stamp, stamp_to_ns
 from wam_diff2_ros.ros.diagnostics import ERROR, OK, WARN, KeyedThrottle, NodeHealth
 from wam_diff2_ros.ros.params import NodeConfig

@@ -7,22 +7,19 @@ import math
 import numpy as np
 import pytest
 
-from wam_diff2_ros.core.observation import (
-    NS_PER_MS,
-    NS_PER_S,
-    AccelerationFilterConfig,
+from wam_diff2_ros.core.acceleration import AccelerationFilterConfig, derive_acceleration
+from wam_diff2_ros.core.camera import CameraIntrinsics
+from wam_diff2_ros.core.observation import ObservationBuffer, SyncConfig
+from wam_diff2_ros.core.prompts import NavigationCommand
+from wam_diff2_ros.core.samples import (
     AccelerationSample,
-    CameraIntrinsics,
     CommandSample,
     ImageSample,
     InputError,
     LazyImage,
-    ObservationBuffer,
     OdometrySample,
-    SyncConfig,
-    derive_acceleration,
 )
-from wam_diff2_ros.core.prompts import NavigationCommand
+from wam_diff2_ros.core.units import NS_PER_MS, NS_PER_S
 
 T0 = 1_700_000_000 * NS_PER_S
 

@@ -19,8 +19,9 @@ from std_msgs.msg import String
 
 from wam_diff2_ros.core.frames import EgoPose, pose_at, transform_waypoints, yaw_from_quaternion
 from wam_diff2_ros.core.image_headers import compressed_header_problem
-from wam_diff2_ros.core.observation import NS_PER_MS, NS_PER_S, InputProblem, OdometrySample, problem_kind
 from wam_diff2_ros.core.parsing import Waypoint
+from wam_diff2_ros.core.samples import InputProblem, OdometrySample, problem_kind
+from wam_diff2_ros.core.units import NS_PER_MS, NS_PER_S
 from wam_diff2_ros.ros.conversions import ns_to_stamp, stamp_to_ns
 from wam_diff2_ros.ros.diagnostics import WARN, KeyedThrottle, NodeHealth
 from wam_diff2_ros.ros.params import NodeConfig

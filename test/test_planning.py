@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 from node_helpers import DETECTION_BOXES, ScriptedEngine, scripted_plan, tiny_checkpoint
 
+from wam_diff2_ros.core.camera import CameraFrame, CameraIntrinsics
 from wam_diff2_ros.core.decoding import DecodeConfig
-from wam_diff2_ros.core.observation import CameraFrame, CameraIntrinsics, Observation
+from wam_diff2_ros.core.observation import Observation
 from wam_diff2_ros.core.planning import (
     InferencePipeline,
     PlanningConfig,

@@ -20,9 +20,9 @@ from wam_diff2_ros.bag.types import (
     message_class,
     msgtype_of,
     register_msg_dir,
-    stamp_to_ns,
 )
 from wam_diff2_ros.bag.writer import BagWriter
+from wam_diff2_ros.ros.conversions import ns_to_stamp, stamp_to_ns  # header stamps: one home
 
 __all__ = [
     "QOS_PRESETS",
@@ -39,6 +39,7 @@ __all__ = [
     "default_typestore",
     "message_class",
     "msgtype_of",
+    "ns_to_stamp",
     "register_msg_dir",
     "stamp_to_ns",
 ]

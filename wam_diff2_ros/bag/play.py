@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from wam_diff2_ros.bag import BagReader, BagReadError, TopicInfo, message_class
+from wam_diff2_ros.bag import BagReader, BagReadError, TopicInfo, message_class, ns_to_stamp
 from wam_diff2_ros.ros.dds import ensure_fastdds_profile
 
 
@@ -84,12 +84,6 @@ class Pacer:
         return False
 
 
-def _time_msg(stamp_ns: int) -> Any:
-    from builtin_interfaces.msg import Time
-
-    return Time(sec=stamp_ns // 1_000_000_000, nanosec=stamp_ns % 1_000_000_000)
-
-
 def play(reader: BagReader, topics: dict[str, TopicInfo], remaps: dict[str, str], args: argparse.Namespace) -> int:
     ensure_fastdds_profile()
     import rclpy
@@ -118,7 +112,7 @@ def play(reader: BagReader, topics: dict[str, TopicInfo], remaps: dict[str, str]
 
         def tick(stamp_ns: int) -> None:
             if clock is not None:
-                clock.publish(Clock(clock=_time_msg(stamp_ns)))
+                clock.publish(Clock(clock=ns_to_stamp(stamp_ns)))
 
         rounds = 0
         while not stop.is_set():

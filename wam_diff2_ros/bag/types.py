@@ -114,11 +114,6 @@ def msgtype_of(msg_or_class: Any) -> str:
     return f"{'.'.join(pkg_parts)}/msg/{cls.__name__}"
 
 
-def stamp_to_ns(stamp: Any) -> int:
-    """``builtin_interfaces/Time`` (or anything with ``sec``/``nanosec``) -> integer nanoseconds."""
-    return int(stamp.sec) * 1_000_000_000 + int(stamp.nanosec)
-
-
 # --------------------------------------------------------------------------------------------
 # Message definitions (for writing)
 

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import inspect
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from wam_diff2_ros.sim.road import CAMERA_RATE_HZ
 from wam_diff2_ros.sim.sample_bag import make_sample_bag
+
+#: The flags' defaults are the library's (one source).
+DEFAULTS = {name: p.default for name, p in inspect.signature(make_sample_bag).parameters.items()}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -22,14 +25,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         "navigation command) as a rosbag2 MCAP folder.",
     )
     parser.add_argument("out_dir", type=Path, help="bag folder to create (must not exist unless --overwrite)")
-    parser.add_argument("--seconds", type=float, default=25.0, help="drive length in seconds (default 25)")
-    parser.add_argument("--seed", type=int, default=0, help="scenario seed (default 0)")
-    parser.add_argument("--width", type=int, default=960, help="image width (default 960)")
-    parser.add_argument("--height", type=int, default=540, help="image height (default 540)")
+    parser.add_argument(
+        "--seconds", type=float, default=DEFAULTS["seconds"], help="drive length in seconds (default %(default)g)"
+    )
+    parser.add_argument("--seed", type=int, default=DEFAULTS["seed"], help="scenario seed (default %(default)s)")
+    parser.add_argument("--width", type=int, default=DEFAULTS["width"], help="image width (default %(default)s)")
+    parser.add_argument("--height", type=int, default=DEFAULTS["height"], help="image height (default %(default)s)")
     parser.add_argument("--raw", action="store_true", help="write sensor_msgs/Image rgb8 instead of JPEG")
-    parser.add_argument("--camera-rate-hz", type=float, default=CAMERA_RATE_HZ, help="camera rate in Hz (default 10)")
+    parser.add_argument(
+        "--camera-rate-hz",
+        type=float,
+        default=DEFAULTS["camera_rate_hz"],
+        help="camera rate in Hz (default %(default)g)",
+    )
     parser.add_argument("--camera-rate", dest="camera_rate_hz", type=float, help=argparse.SUPPRESS)  # old spelling
-    parser.add_argument("--quality", type=int, default=75, help="JPEG quality 1-100 (default 75)")
+    parser.add_argument(
+        "--quality", type=int, default=DEFAULTS["jpeg_quality"], help="JPEG quality 1-100 (default %(default)s)"
+    )
     parser.add_argument("--overwrite", action="store_true", help="replace an existing bag folder")
     args = parser.parse_args(argv)
     from wam_diff2_ros.bag import BagError

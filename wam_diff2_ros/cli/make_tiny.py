@@ -10,22 +10,33 @@ from pathlib import Path
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit code."""
+    import inspect
+
+    from wam_diff2_ros.demo.tiny import make_tiny_checkpoint, tiny_config
+
+    # The flags' defaults are the library's (one source).
+    build = {name: p.default for name, p in inspect.signature(make_tiny_checkpoint).parameters.items()}
+    sizes = {name: p.default for name, p in inspect.signature(tiny_config).parameters.items()}
     parser = argparse.ArgumentParser(
         prog="wam-diff2-make-tiny",
         description="Build a tiny WAM-Diff2 checkpoint (real config format, safetensors, real Qwen3 tokenizer "
         "and special-token ids, vision chat template) from a seed, without network access.",
     )
     parser.add_argument("out_dir", help="directory to create")
-    parser.add_argument("--seed", type=int, default=0, help="weight initialisation seed (default 0)")
-    parser.add_argument("--shards", type=int, default=1, help="split the weights into N safetensors shards")
-    parser.add_argument("--text-hidden", type=int, default=64)
-    parser.add_argument("--text-layers", type=int, default=2)
-    parser.add_argument("--vision-hidden", type=int, default=32)
-    parser.add_argument("--vision-depth", type=int, default=2)
+    parser.add_argument(
+        "--seed", type=int, default=build["seed"], help="weight initialisation seed (default %(default)s)"
+    )
+    parser.add_argument(
+        "--shards", type=int, default=build["shards"], help="split the weights into N safetensors shards"
+    )
+    parser.add_argument("--text-hidden", type=int, default=sizes["text_hidden"])
+    parser.add_argument("--text-layers", type=int, default=sizes["text_layers"])
+    parser.add_argument("--vision-hidden", type=int, default=sizes["vision_hidden"])
+    parser.add_argument("--vision-depth", type=int, default=sizes["vision_depth"])
     parser.add_argument(
         "--output-scale",
         type=float,
-        default=60.0,
+        default=build["output_scale"],
         help="final-norm scale that makes the random model's proposals confident (0 = leave as initialised)",
     )
     parser.add_argument("--force", action="store_true", help="overwrite an existing non-empty directory")
@@ -38,8 +49,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.shards < 1:
         print("wam-diff2-make-tiny: error: --shards must be >= 1", file=sys.stderr)
         return 2
-    from wam_diff2_ros.demo.tiny import make_tiny_checkpoint
-
     path = make_tiny_checkpoint(
         out,
         seed=args.seed,

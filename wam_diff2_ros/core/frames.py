@@ -17,8 +17,8 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from .parsing import Waypoint
+from .units import NS_PER_S
 
-NS_PER_S = 1_000_000_000
 _MIN_QUATERNION_NORM = 0.5  # |q| far from 1 (an all-zero quaternion): no orientation
 
 

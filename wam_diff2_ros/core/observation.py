@@ -1,4 +1,4 @@
-"""Observations for the planner: the latest sensor samples, checked for freshness and assembled.
+"""Observations for the planner: the latest samples, checked for freshness and assembled (:class:`ObservationBuffer`).
 
 ROS-free (no rclpy import); the node and the rosbag replay tool share it. The ROS layer converts each
 incoming message into one of the sample types below (``ImageSample``, ``OdometrySample``,
@@ -21,242 +21,38 @@ Checks (all times in nanoseconds; limits from :class:`SyncConfig`):
 The observation also carries the ego pose at the front stamp in the odometry's fixed frame
 (:func:`~wam_diff2_ros.core.frames.pose_at`), for plans published in that frame.
 
-Acceleration filter (:func:`derive_acceleration`): a least-squares line through the odometry
-velocities ``vx(t)``, ``vy(t)`` (child frame, i.e. base_link) of the samples in the causal window
-``[t - window_s, t]`` ending at the odometry sample used for the plan; its slope is ``dv/dt``. With
-``include_centripetal`` the rotation of the body frame is added, ``a = dv/dt + ω × v``
-(``ax -= mean(ω·vy)``, ``ay += mean(ω·vx)`` over the window), which is what an IMU in base_link
-measures and what NAVSIM's ego acceleration holds (lateral acceleration in a turn). The estimate
-refers to the middle of the window (a lag of ``window_s / 2``); it needs ``min_samples`` samples
-spanning at least ``min_span_s``.
+The sample types live in :mod:`.samples`, camera geometry in :mod:`.camera`, the acceleration filter in
+:mod:`.acceleration`.
 """
 
 from __future__ import annotations
 
 import bisect
 import math
-import re
 import threading
 from collections import deque
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from .acceleration import ACCELERATION_SOURCES, AccelerationFilterConfig, derive_acceleration
+from .camera import CameraFrame, CameraIntrinsics
 from .frames import EgoPose, pose_at
 from .prompts import NavigationCommand
+from .samples import (
+    AccelerationSample,
+    CommandSample,
+    ImageSample,
+    InputError,
+    InputProblem,
+    OdometrySample,
+)
+from .units import NS_PER_MS, NS_PER_S
 
-NS_PER_S = 1_000_000_000
-NS_PER_MS = 1_000_000
-
-ACCELERATION_SOURCES = ("auto", "topic", "odometry")
 # A 1 Hz command topic may lose two messages before its command expires; a dead one expires within 3 s.
 DEFAULT_COMMAND_MAX_AGE_S = 3.0
-
-
-class InputError(ValueError):
-    """A sensor sample that cannot be used (the message says why); the caller drops it."""
-
-
-def _finite(name: str, *values: float) -> None:
-    for value in values:
-        if not math.isfinite(value):
-            raise InputError(f"{name} contains a non-finite value ({value})")
-
-
-# --------------------------------------------------------------------------------------------------
-# Samples
-
-
-@dataclass(frozen=True)
-class CameraIntrinsics:
-    """Pinhole intrinsics of an image of ``width`` × ``height`` pixels (``source``: where they came from)."""
-
-    fx: float
-    fy: float
-    cx: float
-    cy: float
-    width: int
-    height: int
-    source: str = "camera_info"
-
-    def __post_init__(self) -> None:
-        _finite("camera intrinsics", self.fx, self.fy, self.cx, self.cy)
-        if self.fx <= 0 or self.fy <= 0:
-            raise InputError(f"camera intrinsics need positive focal lengths, got fx={self.fx}, fy={self.fy}")
-        if self.width <= 0 or self.height <= 0:
-            raise InputError(f"camera intrinsics need a positive image size, got {self.width}x{self.height}")
-
-    @classmethod
-    def pinhole_fallback(cls, width: int, height: int, hfov_deg: float) -> CameraIntrinsics:
-        """The documented fallback without CameraInfo: square pixels, principal point at the image centre,
-        ``fx = fy = width / (2 tan(hfov / 2))``."""
-        if not 0.0 < hfov_deg < 180.0:
-            raise InputError(f"horizontal field of view must be in (0, 180) degrees, got {hfov_deg}")
-        focal = width / (2.0 * math.tan(math.radians(hfov_deg) / 2.0))
-        return cls(focal, focal, width / 2.0, height / 2.0, width, height, source="fallback")
-
-    def scaled_to(self, width: int, height: int) -> CameraIntrinsics:
-        """These intrinsics for the same camera delivering ``width`` × ``height`` images (binning/resize)."""
-        if (width, height) == (self.width, self.height):
-            return self
-        sx, sy = width / self.width, height / self.height
-        return CameraIntrinsics(
-            self.fx * sx, self.fy * sy, self.cx * sx, self.cy * sy, width, height, source=self.source
-        )
-
-    def back_project(self, u: float, v: float, depth: float) -> tuple[float, float, float]:
-        """The point of pixel (u, v) at ``depth`` metres along the optical axis, in the optical frame
-        (z forward, x right, y down)."""
-        return ((u - self.cx) / self.fx * depth, (v - self.cy) / self.fy * depth, depth)
-
-    def project(self, x: float, y: float, z: float) -> tuple[float, float] | None:
-        """Pixel of an optical-frame point, None when it is not in front of the camera."""
-        if z <= 1e-6:
-            return None
-        return (self.fx * x / z + self.cx, self.fy * y / z + self.cy)
-
-
-class LazyImage:
-    """An image decoded on first use (and only once): callbacks store messages, the worker decodes.
-
-    ``load`` returns an HxWx3 uint8 RGB array or raises (any exception becomes :class:`InputError`).
-    """
-
-    def __init__(self, load: Callable[[], np.ndarray]) -> None:
-        self._load: Callable[[], np.ndarray] | None = load
-        self._image: np.ndarray | None = None
-        self._error: InputError | None = None
-        self._lock = threading.Lock()
-
-    @classmethod
-    def of(cls, image: np.ndarray) -> LazyImage:
-        """An already decoded image."""
-        lazy = cls(lambda: image)
-        lazy.get()
-        return lazy
-
-    def get(self) -> np.ndarray:
-        """The decoded RGB array (raises :class:`InputError` with the decoder's reason)."""
-        with self._lock:
-            if self._image is None and self._error is None:
-                assert self._load is not None
-                try:
-                    image = np.asarray(self._load())
-                    if image.dtype != np.uint8 or image.ndim != 3 or image.shape[2] != 3:
-                        raise InputError(f"decoder returned {image.dtype} {image.shape}, not HxWx3 uint8")
-                    if image.shape[0] == 0 or image.shape[1] == 0:
-                        raise InputError(f"image has no pixels ({image.shape[1]}x{image.shape[0]})")
-                    self._image = image
-                except InputError as exc:
-                    self._error = exc
-                except Exception as exc:  # a decoder may raise anything; the message keeps its reason
-                    self._error = InputError(f"{type(exc).__name__}: {exc}")
-                self._load = None  # release the message
-            if self._error is not None:
-                raise self._error
-            assert self._image is not None
-            return self._image
-
-    @property
-    def decoded(self) -> bool:
-        """True once decoding has been attempted."""
-        return self._load is None
-
-
-@dataclass(frozen=True)
-class ImageSample:
-    """One camera image as received: header stamp, receive time, frame and a lazily decoded picture."""
-
-    stamp_ns: int
-    receive_ns: int
-    frame_id: str
-    image: LazyImage
-    encoding: str = ""
-
-
-@dataclass(frozen=True)
-class OdometrySample:
-    """Ego velocity (m/s, child frame: x forward, y left) and yaw rate (rad/s) at ``stamp_ns``, and the ego
-    pose in the odometry's fixed frame (for plans in that frame)."""
-
-    stamp_ns: int
-    receive_ns: int
-    vx: float
-    vy: float
-    yaw_rate: float = 0.0
-    pose: EgoPose | None = None  # base_link in the odometry's header frame; None when unusable
-
-    def __post_init__(self) -> None:
-        _finite("odometry twist", self.vx, self.vy, self.yaw_rate)
-
-
-@dataclass(frozen=True)
-class AccelerationSample:
-    """Ego linear acceleration (m/s², base_link: x forward, y left) at ``stamp_ns``."""
-
-    stamp_ns: int
-    receive_ns: int
-    ax: float
-    ay: float
-
-    def __post_init__(self) -> None:
-        _finite("acceleration", self.ax, self.ay)
-
-
-@dataclass(frozen=True)
-class CommandSample:
-    """A navigation command; ``stamp_ns`` is the header stamp, or the receive time for a header-less one."""
-
-    command: NavigationCommand
-    stamp_ns: int
-    receive_ns: int
-
-
-@dataclass(frozen=True)
-class CameraFrame:
-    """A decoded camera image used in an observation."""
-
-    camera: str
-    index: int
-    stamp_ns: int
-    receive_ns: int
-    frame_id: str
-    image: np.ndarray = field(repr=False)
-    intrinsics: CameraIntrinsics
-
-    @property
-    def width(self) -> int:
-        """Image width in pixels."""
-        return int(self.image.shape[1])
-
-    @property
-    def height(self) -> int:
-        """Image height in pixels."""
-        return int(self.image.shape[0])
-
-
-# --------------------------------------------------------------------------------------------------
-# Configuration
-
-
-@dataclass(frozen=True)
-class AccelerationFilterConfig:
-    """Parameters of :func:`derive_acceleration` (see the module docstring)."""
-
-    window_s: float = 0.4
-    min_samples: int = 3
-    min_span_s: float = 0.1
-    include_centripetal: bool = True
-
-    def __post_init__(self) -> None:
-        if not (math.isfinite(self.window_s) and self.window_s > 0):
-            raise ValueError(f"acceleration.window_s must be > 0, got {self.window_s}")
-        if self.min_samples < 2:
-            raise ValueError(f"acceleration.min_samples must be >= 2, got {self.min_samples}")
-        if not (math.isfinite(self.min_span_s) and 0 < self.min_span_s <= self.window_s):
-            raise ValueError(f"acceleration.min_span_s must be in (0, window_s={self.window_s}], got {self.min_span_s}")
 
 
 @dataclass(frozen=True)
@@ -282,88 +78,6 @@ class SyncConfig:
                 f"acceleration.source must be one of {', '.join(ACCELERATION_SOURCES)}, "
                 f"got {self.acceleration_source!r}"
             )
-
-
-# --------------------------------------------------------------------------------------------------
-# Acceleration filter
-
-
-def derive_acceleration(
-    samples: Sequence[OdometrySample], at_ns: int, config: AccelerationFilterConfig
-) -> tuple[float, float]:
-    """Acceleration (ax, ay) in base_link from odometry ``samples`` (sorted by stamp) up to ``at_ns``.
-
-    Least-squares slope of the velocities over ``[at_ns - window_s, at_ns]`` plus, with
-    ``include_centripetal``, the window mean of ``ω × v``. Raises :class:`InputError` when the window
-    holds fewer than ``min_samples`` samples or they span less than ``min_span_s``.
-    """
-    start_ns = at_ns - round(config.window_s * NS_PER_S)
-    window = [s for s in samples if start_ns <= s.stamp_ns <= at_ns]
-    span_s = (window[-1].stamp_ns - window[0].stamp_ns) / NS_PER_S if window else 0.0
-    if len(window) < config.min_samples or span_s < config.min_span_s:
-        raise InputError(
-            f"not enough odometry history to derive acceleration ({len(window)} sample(s) over "
-            f"{span_s * 1000:.0f} ms in the last {config.window_s * 1000:.0f} ms; need {config.min_samples} "
-            f"over {config.min_span_s * 1000:.0f} ms)"
-        )
-    t = np.array([(s.stamp_ns - at_ns) / NS_PER_S for s in window])
-    vx = np.array([s.vx for s in window])
-    vy = np.array([s.vy for s in window])
-    t_centred = t - t.mean()
-    denominator = float(np.dot(t_centred, t_centred))
-    ax = float(np.dot(t_centred, vx - vx.mean()) / denominator)
-    ay = float(np.dot(t_centred, vy - vy.mean()) / denominator)
-    if config.include_centripetal:
-        omega = np.array([s.yaw_rate for s in window])
-        ax -= float(np.mean(omega * vy))
-        ay += float(np.mean(omega * vx))
-    return ax, ay
-
-
-# --------------------------------------------------------------------------------------------------
-# Assembly
-
-
-_OBJECT_REPR_RE = re.compile(r"<[A-Za-z_][\w.]* object at 0x[0-9A-Fa-f]+>")
-_NUMBER_RE = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?")
-
-
-def clean_reason(text: str) -> str:
-    """``text`` without object reprs such as ``<_io.BytesIO object at 0x7ff6…>`` (a decoder's error message
-    names its buffer): they change every time and mean nothing to a reader."""
-    return _OBJECT_REPR_RE.sub("the data", str(text))
-
-
-_QUOTED_RE = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
-
-
-def problem_kind(text: str) -> str:
-    """The kind of a problem message, for throttling and change detection: the text with every number,
-    quoted snippet and object repr replaced, so "newest image is 24354 ms old" and "... 24861 ms old" (or
-    "unknown navigation command 'x'" and "... 'y'") are one kind."""
-    return _NUMBER_RE.sub("#", _QUOTED_RE.sub("'…'", clean_reason(text)))
-
-
-@dataclass(frozen=True)
-class InputProblem:
-    """Why an input cannot be used now: ``input`` names it (``image_0 (front)``, ``odometry``, ...).
-
-    ``reason`` is cleaned of object reprs; :attr:`kind` (input + reason without numbers) identifies the
-    problem for throttled warnings while the numbers in the reason keep changing."""
-
-    input: str
-    reason: str
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "reason", clean_reason(self.reason))
-
-    @property
-    def kind(self) -> str:
-        """``input: reason`` with numbers replaced by ``#``."""
-        return f"{self.input}: {problem_kind(self.reason)}"
-
-    def __str__(self) -> str:
-        return f"{self.input}: {self.reason}"
 
 
 @dataclass(frozen=True)

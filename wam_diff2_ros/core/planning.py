@@ -22,9 +22,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from .checkpoint import release_device_cache as release_device_cache  # re-exported (ros.node); lives with devices
+from .camera import CameraFrame, CameraIntrinsics
 from .decoding import DecodeConfig
-from .observation import CameraFrame, CameraIntrinsics, Observation
+from .observation import Observation
 from .parsing import (
     DEFAULT_KINEMATIC_LIMITS,
     Detection,

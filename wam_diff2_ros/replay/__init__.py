@@ -41,10 +41,11 @@ topics or unreadable bag; 3 the bag is damaged or truncated (everything readable
 replayed and written); 4 the replay ran but no instant could be planned (outputs written, the reasons are
 in ``metrics.json`` and the summary); 130 interrupted by Ctrl-C or SIGTERM (outputs so far written).
 
-Modules: ``settings`` (options, parameters → node config), ``topics`` (bag topic → runtime input, feeding),
-``schedule`` (planning instants), ``loop`` (the replay), ``records`` / ``outputs`` (per-instant files),
-``report`` (metrics, plots, summary), ``evaluation`` / ``plots`` (metrics against odometry), ``interrupts``,
-``progress``, ``run``, ``errors``; the command line is :mod:`wam_diff2_ros.cli.replay`.
+Modules: ``settings`` (options, parameters → node config), ``topics`` (bag topic → the node's input-table
+row), ``loop`` (the replay; its planning instants follow the node's rule, :mod:`wam_diff2_ros.ros.schedule`),
+``records`` / ``outputs`` (per-instant files), ``report`` (metrics, plots, summary), ``evaluation`` / ``plots``
+(metrics against odometry), ``interrupts``, ``progress``, ``run``, ``errors``; the command line is
+:mod:`wam_diff2_ros.cli.replay`.
 """
 
 from wam_diff2_ros.replay.errors import (
@@ -60,9 +61,9 @@ from wam_diff2_ros.replay.errors import (
 from wam_diff2_ros.replay.interrupts import INTERRUPTS, InterruptGate
 from wam_diff2_ros.replay.loop import replay
 from wam_diff2_ros.replay.run import ReplayResult
-from wam_diff2_ros.replay.schedule import InstantSchedule
 from wam_diff2_ros.replay.settings import ReplayOptions, build_config, params_hash, parse_set
-from wam_diff2_ros.replay.topics import TopicMap, TopicRequest, feed, select_topics
+from wam_diff2_ros.replay.topics import TopicMap, TopicRequest, routes, select_topics
+from wam_diff2_ros.ros.schedule import InstantSchedule
 
 __all__ = [
     "EXIT_BAG_DAMAGED",
@@ -81,9 +82,9 @@ __all__ = [
     "TopicMap",
     "TopicRequest",
     "build_config",
-    "feed",
     "params_hash",
     "parse_set",
     "replay",
+    "routes",
     "select_topics",
 ]

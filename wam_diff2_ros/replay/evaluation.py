@@ -27,23 +27,19 @@ from typing import Any
 
 import numpy as np
 
+from wam_diff2_ros.core.units import NS_PER_S
+from wam_diff2_ros.ros.conversions import odometry_track_point
+
 HORIZONS_S: tuple[float, ...] = (0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0)
 METRIC_HORIZONS_S: tuple[float, ...] = (1.0, 2.0, 3.0, 4.0)
-_NS = 1_000_000_000
 _TIME_TOL_S = 1e-6
-
-
-def _yaw_from_quaternion(q: Any) -> float:
-    return math.atan2(2.0 * (q.w * q.z + q.x * q.y), 1.0 - 2.0 * (q.y * q.y + q.z * q.z))
 
 
 def _odometry_sample(sample: Any, index: int) -> tuple[int, float, float, float]:
     if hasattr(sample, "msg") and hasattr(sample.msg, "pose"):  # a bag.BagMessage
         sample = sample.msg
     if hasattr(sample, "header") and hasattr(sample, "pose"):
-        stamp = int(sample.header.stamp.sec) * _NS + int(sample.header.stamp.nanosec)
-        pose = sample.pose.pose
-        return stamp, float(pose.position.x), float(pose.position.y), _yaw_from_quaternion(pose.orientation)
+        return odometry_track_point(sample)
     try:
         stamp, x, y, yaw = sample
         return int(stamp), float(x), float(y), float(yaw)
@@ -105,7 +101,7 @@ class EgoTrack:
         if i >= len(stamps) - 1:
             return float(self.x[-1]), float(self.y[-1]), _wrap(float(self.yaw[-1]))
         t0, t1 = int(stamps[i]), int(stamps[i + 1])
-        if t_ns != t0 and (t1 - t0) / _NS > self.max_gap_s:
+        if t_ns != t0 and (t1 - t0) / NS_PER_S > self.max_gap_s:
             return None
         f = (t_ns - t0) / (t1 - t0)
         x = self.x[i] + f * (self.x[i + 1] - self.x[i])
@@ -126,7 +122,7 @@ class EgoTrack:
         c, s = math.cos(yaw0), math.sin(yaw0)
         out = np.full((len(horizons_s), 2), np.nan)
         for k, h in enumerate(horizons_s):
-            pose = self.pose_at(int(t_ns) + round(float(h) * _NS))
+            pose = self.pose_at(int(t_ns) + round(float(h) * NS_PER_S))
             if pose is not None:
                 dx, dy = pose[0] - x0, pose[1] - y0
                 out[k] = (c * dx + s * dy, -s * dx + c * dy)
@@ -134,13 +130,13 @@ class EgoTrack:
 
     def speed_at(self, t_ns: int, window_s: float = 0.1) -> float | None:
         """Speed (m/s) from the positions ``window_s`` either side of ``t_ns`` (clipped to the track)."""
-        half = round(window_s * _NS)
+        half = round(window_s * NS_PER_S)
         a = max(int(t_ns) - half, self.start_ns)
         b = min(int(t_ns) + half, self.end_ns)
         pa, pb = self.pose_at(a), self.pose_at(b)
         if pa is None or pb is None or b <= a:
             return None
-        return math.hypot(pb[0] - pa[0], pb[1] - pa[1]) / ((b - a) / _NS)
+        return math.hypot(pb[0] - pa[0], pb[1] - pa[1]) / ((b - a) / NS_PER_S)
 
 
 def _wrap(angle: float) -> float:

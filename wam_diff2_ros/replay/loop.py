@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from wam_diff2_ros.core.observation import NS_PER_S
+from wam_diff2_ros.core.units import NS_PER_S
 from wam_diff2_ros.replay.errors import (
     EXIT_BAG_DAMAGED,
     EXIT_FAILED,
@@ -28,7 +28,6 @@ from wam_diff2_ros.replay.progress import Progress
 from wam_diff2_ros.replay.records import detection_record, error_record, plan_record
 from wam_diff2_ros.replay.report import finish
 from wam_diff2_ros.replay.run import ReplayResult, Run
-from wam_diff2_ros.replay.schedule import InstantSchedule
 from wam_diff2_ros.replay.settings import (
     GROUND_TRUTH_MARGIN_S,
     MAX_CONSECUTIVE_ENGINE_ERRORS,
@@ -36,7 +35,8 @@ from wam_diff2_ros.replay.settings import (
     _read_params,
     build_config,
 )
-from wam_diff2_ros.replay.topics import OUTPUT_NAMES, OUTPUT_TOPICS, TopicMap, feed, select_topics
+from wam_diff2_ros.replay.topics import OUTPUT_NAMES, OUTPUT_TOPICS, TopicMap, routes, select_topics
+from wam_diff2_ros.ros.schedule import InstantSchedule
 
 
 def _prepare_out_dir(out: Path, overwrite: bool) -> None:
@@ -56,17 +56,15 @@ def _prepare_out_dir(out: Path, overwrite: bool) -> None:
     out.mkdir(parents=True, exist_ok=True)
 
 
-def _odometry_row(msg: Any) -> tuple[int, float, float, float] | None:
+def _odometry_point(msg: Any) -> tuple[int, float, float, float] | None:
     """``(header stamp ns, x, y, yaw)`` of an Odometry message; None when unusable."""
+    from wam_diff2_ros.ros.conversions import odometry_track_point
+
     try:
-        stamp = int(msg.header.stamp.sec) * NS_PER_S + int(msg.header.stamp.nanosec)
-        pose = msg.pose.pose
-        q = pose.orientation
-        yaw = math.atan2(2.0 * (q.w * q.z + q.x * q.y), 1.0 - 2.0 * (q.y * q.y + q.z * q.z))
-        row = (stamp, float(pose.position.x), float(pose.position.y), yaw)
+        row = odometry_track_point(msg)
     except (AttributeError, TypeError, ValueError):
         return None
-    return row if stamp > 0 and all(math.isfinite(v) for v in row[1:]) else None
+    return row if row[0] > 0 and all(math.isfinite(v) for v in row[1:]) else None
 
 
 def _bag_duration_s(bag: Path) -> float | None:
@@ -167,6 +165,7 @@ def _run_replay(
     from rclpy.serialization import deserialize_message
 
     from wam_diff2_ros.bag import BagError, message_class
+    from wam_diff2_ros.ros.inputs import input_table, receive
     from wam_diff2_ros.ros.runtime import PlannerRuntime
 
     run = Run(log)
@@ -178,9 +177,7 @@ def _run_replay(
     if runtime.msgs is None:
         log(f"warning: {runtime.msgs_problem}: no {OUTPUT_TOPICS['trajectory']} in the output bag")
 
-    image_index = {topic: i for i, (topic, _) in enumerate(topic_map.images)}
-    transports = dict(topic_map.images)
-    info_index = {topic: i for i, topic in enumerate(topic_map.camera_infos) if topic}
+    route = routes(topic_map, input_table(config, runtime))  # the node's input table
     classes = {topic: message_class(reader.topics[topic].msgtype) for topic in topic_map.inputs()}
     unimportable = sorted(t for t, c in classes.items() if c is None)
     if unimportable:
@@ -236,7 +233,8 @@ def _run_replay(
                     if topic != topic_map.odometry or classes.get(topic) is None:
                         continue
                 cls = classes.get(topic)
-                if cls is None or (topic in image_index and stamp_ns < window_start - history_ns):
+                row = route.get(topic)
+                if cls is None or (row is not None and row.is_image and stamp_ns < window_start - history_ns):
                     continue
                 try:
                     msg = deserialize_message(data, cls)
@@ -246,20 +244,20 @@ def _run_replay(
                     run.first_decode_error = run.first_decode_error or f"{topic} at {stamp_ns} ns: {exc}"
                     continue
                 if topic == topic_map.odometry:
-                    row = _odometry_row(msg)
-                    if row is not None:
-                        run.odometry.append(row)
+                    point = _odometry_point(msg)
+                    if point is not None:
+                        run.odometry.append(point)
                 if planning_done:
                     continue
                 if topic in outputs.copied and stamp_ns >= window_start:
                     outputs.bag.write(topic, data, stamp_ns)
                 clock["now"] = stamp_ns
-                problem = feed(runtime, topic_map, image_index, transports, info_index, topic, msg, stamp_ns)
+                problem = receive(row, msg, stamp_ns) if row is not None else None
                 run.messages_fed[topic] += 1
                 if problem is not None:
                     run.dropped[str(problem)] += 1
-                elif image_index.get(topic) == 0 and stamp_ns >= window_start:
-                    schedule.front_image(stamp_ns)
+                elif row is not None and row.is_image and stamp_ns >= window_start:
+                    schedule.image(row.index, stamp_ns)
                 progress.update((stamp_ns - window_start) / NS_PER_S, run.num_planned, run.num_valid, run.num_blocked)
         except BagError as exc:
             run.bag_error = str(exc)
@@ -315,12 +313,8 @@ def _plan_instant(run: Run, runtime: Any, outputs: Outputs, t_ns: int, clock: di
         if cycle.result is not None:
             run.num_planned += 1
             run.num_valid += int(bool(cycle.result.valid))
-            outputs.write_output("path", cycle.path, t_ns)
-            outputs.write_output("path_fixed", cycle.path_fixed, t_ns)
-            outputs.write_output("trajectory", cycle.trajectory, t_ns)
-            outputs.write_output("trajectory_fixed", cycle.trajectory_fixed, t_ns)
-            outputs.write_output("markers", cycle.markers, t_ns)
-            outputs.write_output("debug_image", cycle.debug_image, t_ns)
+            for name, msg in cycle.outputs():  # what the node publishes
+                outputs.write_output(name, msg, t_ns)
         run.records.append(record)
         outputs.line(outputs.predictions, record)
 
@@ -337,7 +331,6 @@ def _detect_instant(run: Run, runtime: Any, outputs: Outputs, t_ns: int, clock: 
     with INTERRUPTS.held():
         if cycle.result is not None:
             run.detections += 1
-            outputs.write_output("detections", cycle.detections, t_ns)
-            outputs.write_output("markers", cycle.markers, t_ns)
-            outputs.write_output("debug_image", cycle.debug_image, t_ns)
+            for name, msg in cycle.outputs():  # what the node publishes (detections_2d is not written)
+                outputs.write_output(name, msg, t_ns)
         outputs.line(outputs.detections, detection_record(t_ns, run.bag_start_ns or 0, cycle, wall_ms))

@@ -16,12 +16,9 @@ class Outputs:
     """The output bag, predictions.jsonl and detections.jsonl."""
 
     def __init__(self, out: Path, config: Any, runtime: Any, reader: Any, topic_map: TopicMap, options: Any) -> None:
-        from nav_msgs.msg import Path as PathMsg
-        from sensor_msgs.msg import Image
-        from visualization_msgs.msg import MarkerArray
-
         from wam_diff2_ros.bag import BagWriter
         from wam_diff2_ros.ros import qos
+        from wam_diff2_ros.ros.outputs import output_types
 
         self.bag = BagWriter(
             out / BAG_DIR_NAME,
@@ -32,16 +29,10 @@ class Outputs:
         self.copied: set[str] = set()
         self.skipped_copies: list[str] = []
         try:
-            self._declare("path", PathMsg, qos.output_qos())
-            self._declare("path_fixed", PathMsg, qos.output_qos())
-            self._declare("markers", MarkerArray, qos.output_qos())
-            if runtime.msgs is not None:
-                self._declare("trajectory", runtime.msgs.PlannedTrajectory, qos.output_qos())
-                self._declare("trajectory_fixed", runtime.msgs.PlannedTrajectory, qos.output_qos())
-                if options.detect:
-                    self._declare("detections", runtime.msgs.DetectionArray, qos.output_qos())
-            if config.debug_image:
-                self._declare("debug_image", Image, qos.debug_image_qos())
+            types = output_types(runtime.msgs, runtime.vision_msgs, config.debug_image)  # what the node publishes
+            for name in OUTPUT_TOPICS:
+                if name in types and (name != "detections" or options.detect):
+                    self._declare(name, types[name], qos.publisher_qos(name))
             if options.copy_inputs:
                 for topic in [*topic_map.inputs(), *[t for t in TF_TOPICS if t in reader.topics]]:
                     info = reader.topics[topic]

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from wam_diff2_ros.core.observation import NS_PER_S
+from wam_diff2_ros.core.units import NS_PER_S
 from wam_diff2_ros.replay.evaluation import HORIZONS_S, EgoTrack, PlanRecord, usable_waypoints
 
 

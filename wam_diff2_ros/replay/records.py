@@ -6,7 +6,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from wam_diff2_ros.core.observation import NS_PER_S
+from wam_diff2_ros.core.units import NS_PER_S
 
 
 def _timing_dict(timing: Any, wall_ms: float) -> dict[str, float]:

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from wam_diff2_ros.core.observation import NS_PER_S
+from wam_diff2_ros.core.units import NS_PER_S
 from wam_diff2_ros.replay.errors import EXIT_BAG_DAMAGED, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NO_PLANS, EXIT_OK
 from wam_diff2_ros.replay.outputs import Outputs
 from wam_diff2_ros.replay.run import NoTrack, ReplayResult, Run

@@ -1,26 +1,28 @@
 """Which bag topic feeds which of the runtime's inputs: topic selection (:func:`select_topics`) and the
-feeding of one bag message to the matching handler (:func:`feed`), as the node's subscriptions do.
-
-Kept in its own module so that a later stage can share the input table with the node.
+bag topic → input-table row map (:func:`routes`); the rows are the node's own (:mod:`wam_diff2_ros.ros.inputs`),
+so a bag message reaches the handler the node's subscription would hand it to.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from wam_diff2_ros.replay.errors import ReplayUsageError
+from wam_diff2_ros.ros.params.specs import DEFAULT_NODE_NAME
+from wam_diff2_ros.ros.topics import OUTPUT_TOPICS as NODE_TOPICS
+from wam_diff2_ros.ros.topics import absolute
 
-NODE_PREFIX = "/wam_diff2"
+if TYPE_CHECKING:  # the table needs rclpy's messages; the replay imports it when it runs
+    from wam_diff2_ros.ros.inputs import InputRow
+
+NODE_PREFIX = f"/{DEFAULT_NODE_NAME}"
+#: The node's outputs the replay writes, under the node's own topic names (detections_2d and answers are not
+#: replayed).
 OUTPUT_TOPICS = {
-    "path": f"{NODE_PREFIX}/output/path",
-    "path_fixed": f"{NODE_PREFIX}/output/path_fixed",
-    "trajectory": f"{NODE_PREFIX}/output/trajectory",
-    "trajectory_fixed": f"{NODE_PREFIX}/output/trajectory_fixed",
-    "markers": f"{NODE_PREFIX}/output/markers",
-    "detections": f"{NODE_PREFIX}/output/detections",
-    "debug_image": f"{NODE_PREFIX}/debug/image",
+    name: absolute(NODE_TOPICS[name], NODE_PREFIX)
+    for name in ("path", "path_fixed", "trajectory", "trajectory_fixed", "markers", "detections", "debug_image")
 }
 BAG_DIR_NAME = "out"
 OUTPUT_NAMES = (
@@ -258,29 +260,18 @@ def select_topics(topics: Mapping[str, Any], request: TopicRequest, num_cameras:
     return TopicMap(images, infos, odometry, command, driving, acceleration, notes)
 
 
-def feed(
-    runtime: Any,
-    topic_map: TopicMap,
-    image_index: Mapping[str, int],
-    transports: Mapping[str, str],
-    info_index: Mapping[str, int],
-    topic: str,
-    msg: Any,
-    stamp_ns: int,
-) -> Any:
-    """Hand one bag message to the runtime's matching input, as the node's subscription callbacks do."""
-    if topic in image_index:
-        if transports[topic] == "compressed":
-            return runtime.on_compressed_image(image_index[topic], msg, stamp_ns)
-        return runtime.on_image(image_index[topic], msg, stamp_ns)
-    if topic in info_index:
-        return runtime.on_camera_info(info_index[topic], msg, stamp_ns)
-    if topic == topic_map.odometry:
-        return runtime.on_odometry(msg, stamp_ns)
-    if topic == topic_map.acceleration:
-        return runtime.on_acceleration(msg, stamp_ns)
-    if topic == topic_map.command:
-        return runtime.on_command(msg, stamp_ns)
-    if topic == topic_map.driving_command:
-        return runtime.on_driving_command(msg, stamp_ns)
-    return None
+def routes(topic_map: TopicMap, rows: Sequence[InputRow]) -> dict[str, InputRow]:
+    """Bag topic → the row of the node's input table (:func:`wam_diff2_ros.ros.inputs.input_table`) it feeds,
+    as the node's subscription of that input would; a topic whose input the table lacks is not fed."""
+    by_input = {(row.role, row.index): row for row in rows}
+    wanted: dict[str, tuple[str, int | None]] = {}
+    for index, (topic, _) in enumerate(topic_map.images):
+        wanted.setdefault(topic, ("image", index))
+    for index, info in enumerate(topic_map.camera_infos):
+        if info:
+            wanted.setdefault(info, ("camera_info", index))
+    for role in ("odometry", "acceleration", "command", "driving_command"):
+        topic = getattr(topic_map, role)
+        if topic:
+            wanted.setdefault(topic, (role, None))
+    return {topic: by_input[key] for topic, key in wanted.items() if key in by_input}

@@ -3,7 +3,7 @@
 No rclpy node is needed: the functions read message fields only (``sensor_msgs``, ``nav_msgs``,
 ``geometry_msgs``, ``std_msgs`` and this package's ``DrivingCommand``), so the node's callbacks and the
 rosbag replay tool share them. Every problem raises :class:`ImageConversionError` /
-:class:`~wam_diff2_ros.core.observation.InputError` with a message naming the field and value.
+:class:`~wam_diff2_ros.core.samples.InputError` with a message naming the field and value.
 
 Raw images (``sensor_msgs/Image``) are converted to HxWx3 uint8 RGB with OpenCV, following cv_bridge's
 conversion table (``cv_bridge.toCvCopy(msg, "rgb8")``), so the pixels are identical to cv_bridge's:
@@ -44,18 +44,19 @@ from typing import Any
 
 import numpy as np
 
+from wam_diff2_ros.core.camera import CameraIntrinsics
+from wam_diff2_ros.core.frames import EgoPose, ego_pose, yaw_from_quaternion
 from wam_diff2_ros.core.image_headers import JPEG_MAGIC, PNG_MAGIC, jpeg_header, png_header
-from wam_diff2_ros.core.observation import (
-    NS_PER_S,
+from wam_diff2_ros.core.prompts import COMMAND_ORDER, parse_navigation_command
+from wam_diff2_ros.core.samples import (
     AccelerationSample,
-    CameraIntrinsics,
     CommandSample,
     ImageSample,
     InputError,
     LazyImage,
     OdometrySample,
 )
-from wam_diff2_ros.core.prompts import COMMAND_ORDER, parse_navigation_command
+from wam_diff2_ros.core.units import NS_PER_S
 
 MAX_IMAGE_PIXELS = 64_000_000
 
@@ -406,6 +407,31 @@ def odometry_sample(msg: Any, receive_ns: int) -> OdometrySample:
         )
     stamp = header_stamp_ns(msg, "odometry")
     return OdometrySample(stamp, int(receive_ns), *values)
+
+
+def odometry_pose(msg: Any) -> EgoPose | None:
+    """The ego pose of a ``nav_msgs/Odometry`` in its ``header.frame_id`` (None when unusable)."""
+    pose = msg.pose.pose
+    p, q = pose.position, pose.orientation
+    return ego_pose(
+        str(msg.header.frame_id),
+        float(p.x),
+        float(p.y),
+        float(p.z),
+        float(q.x),
+        float(q.y),
+        float(q.z),
+        float(q.w),
+    )
+
+
+def odometry_track_point(msg: Any) -> tuple[int, float, float, float]:
+    """``(header stamp ns, x, y, yaw)`` of a ``nav_msgs/Odometry``'s pose, as the replay's evaluation tracks the ego
+    (yaw NaN when the orientation is not a rotation; the caller checks)."""
+    pose = msg.pose.pose
+    p, q = pose.position, pose.orientation
+    yaw = yaw_from_quaternion(float(q.x), float(q.y), float(q.z), float(q.w))
+    return stamp_to_ns(msg.header.stamp), float(p.x), float(p.y), math.nan if yaw is None else yaw
 
 
 def acceleration_sample(msg: Any, receive_ns: int) -> AccelerationSample:

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from wam_diff2_ros.core.observation import CameraIntrinsics
+from wam_diff2_ros.core.camera import CameraIntrinsics
 from wam_diff2_ros.core.parsing import Detection
 
 from .outputs import label_color

@@ -15,7 +15,7 @@
 * detection: as planning, for detection (OK "off" when disabled).
 
 :class:`KeyedThrottle` limits repeated log lines per key: the *kind* of problem (input and rule, numbers
-and object reprs removed: :func:`~wam_diff2_ros.core.observation.problem_kind`), so one problem whose
+and object reprs removed: :func:`~wam_diff2_ros.core.samples.problem_kind`), so one problem whose
 numbers change every cycle ("newest image is 24354 ms old") is logged once per period, with its current
 numbers.
 """
@@ -29,8 +29,9 @@ from dataclasses import dataclass
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 
-from wam_diff2_ros.core.observation import NS_PER_S, InputProblem
 from wam_diff2_ros.core.planning import StageTiming
+from wam_diff2_ros.core.samples import InputProblem
+from wam_diff2_ros.core.units import NS_PER_S
 
 from .conversions import ns_to_stamp
 

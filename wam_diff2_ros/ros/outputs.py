@@ -26,13 +26,14 @@ from typing import Any
 
 from geometry_msgs.msg import Point, Pose, PoseStamped, Quaternion
 from nav_msgs.msg import Path
+from sensor_msgs.msg import Image
 from std_msgs.msg import ColorRGBA, String
 from visualization_msgs.msg import Marker, MarkerArray
 
 from wam_diff2_ros.core.frames import EgoPose, transform_waypoints
-from wam_diff2_ros.core.observation import NS_PER_S
 from wam_diff2_ros.core.parsing import Waypoint
 from wam_diff2_ros.core.planning import AnswerResult, DetectionResult, PlanResult, StageTiming
+from wam_diff2_ros.core.units import NS_PER_S
 
 from .conversions import ns_to_duration, ns_to_stamp
 
@@ -67,6 +68,22 @@ def vision_messages() -> Any | None:
     except ImportError:
         return None
     return msg
+
+
+def output_types(msgs: Any, vision_msgs: Any, debug_image: bool) -> dict[str, type]:
+    """The node's outputs by name (:data:`~.topics.OUTPUT_TOPICS`) → message type: those of this package's
+    messages only where they import (``msgs``), ``detections_2d`` only with ``vision_msgs``, the debug image only
+    when enabled."""
+    types: dict[str, type] = {"path": Path, "path_fixed": Path, "markers": MarkerArray, "answer": String}
+    if debug_image:
+        types["debug_image"] = Image
+    if msgs is not None:
+        types.update(
+            trajectory=msgs.PlannedTrajectory, trajectory_fixed=msgs.PlannedTrajectory, detections=msgs.DetectionArray
+        )
+    if vision_msgs is not None:
+        types["detections_2d"] = vision_msgs.Detection2DArray
+    return types
 
 
 def yaw_to_quaternion(yaw: float) -> Quaternion:

@@ -54,3 +54,9 @@ def question_qos() -> QoSProfile:
         reliability=ReliabilityPolicy.RELIABLE,
         durability=DurabilityPolicy.VOLATILE,
     )
+
+
+def publisher_qos(output: str) -> QoSProfile:
+    """The QoS of the node's output ``output`` (:data:`~.topics.OUTPUT_TOPICS`): the debug image's, else the
+    outputs'."""
+    return debug_image_qos() if output == "debug_image" else output_qos()

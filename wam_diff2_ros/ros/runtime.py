@@ -32,9 +32,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from wam_diff2_ros.core.frames import EgoPose, ego_pose
 from wam_diff2_ros.core.image_headers import compressed_header_problem
-from wam_diff2_ros.core.observation import NS_PER_MS, InputError, InputProblem, ObservationBuffer
+from wam_diff2_ros.core.observation import ObservationBuffer
 from wam_diff2_ros.core.planning import (
     AnswerResult,
     DetectionResult,
@@ -43,6 +42,8 @@ from wam_diff2_ros.core.planning import (
     PlanningInputError,
     PlanResult,
 )
+from wam_diff2_ros.core.samples import InputError, InputProblem
+from wam_diff2_ros.core.units import NS_PER_MS
 
 from . import conversions, outputs
 from .debug_image import draw_debug_image
@@ -66,6 +67,31 @@ class PlanCycle:
     stale: bool = False  # the age gate made the plan invalid
     frame_problem: str = ""  # why the plan could not be put into planning.frame_id / the fixed frame
 
+    def outputs(self) -> list[tuple[str, Any]]:
+        """``(output name, message)`` to publish (the node) or write (the replay), in that order; the names
+        are the node's output keys (``path`` → ``~/output/path`` ...)."""
+        named = (
+            ("path", self.path),
+            ("path_fixed", self.path_fixed),
+            ("trajectory", self.trajectory),
+            ("trajectory_fixed", self.trajectory_fixed),
+            ("markers", self.markers),
+            ("debug_image", self.debug_image),
+        )
+        return [(name, msg) for name, msg in named if msg is not None]
+
+    @property
+    def withheld(self) -> str:
+        """Why the model's plan got no Path although it was answered ("" otherwise): the age gate, or a valid
+        plan that ``planning.frame_id`` cannot serve."""
+        result = self.result
+        if result is None:
+            return ""
+        withheld = result.reason if self.stale else ""
+        if not withheld and result.valid and self.path is None:
+            withheld = self.frame_problem
+        return withheld
+
 
 @dataclass
 class DetectionCycle:
@@ -78,6 +104,16 @@ class DetectionCycle:
     markers: Any = None
     debug_image: Any = None
     end_to_end_ms: float = 0.0
+
+    def outputs(self) -> list[tuple[str, Any]]:
+        """``(output name, message)`` to publish or write, in that order."""
+        named = (
+            ("detections", self.detections),
+            ("detections_2d", self.detections_2d),
+            ("markers", self.markers),
+            ("debug_image", self.debug_image),
+        )
+        return [(name, msg) for name, msg in named if msg is not None]
 
 
 @dataclass
@@ -167,7 +203,7 @@ class PlannerRuntime:
 
         def store() -> None:
             sample = conversions.odometry_sample(msg, receive_ns)
-            self.buffer.add_odometry(replace(sample, pose=odometry_pose(msg)))
+            self.buffer.add_odometry(replace(sample, pose=conversions.odometry_pose(msg)))
 
         return self._guard("odometry", store)
 
@@ -340,19 +376,3 @@ def _invalid(result: PlanResult, reason: str) -> PlanResult:
     if not result.valid:
         return result
     return replace(result, valid=False, waypoints=(), reason=reason)
-
-
-def odometry_pose(msg: Any) -> EgoPose | None:
-    """The ego pose of a ``nav_msgs/Odometry`` in its ``header.frame_id`` (None when unusable)."""
-    pose = msg.pose.pose
-    p, q = pose.position, pose.orientation
-    return ego_pose(
-        str(msg.header.frame_id),
-        float(p.x),
-        float(p.y),
-        float(p.z),
-        float(q.x),
-        float(q.y),
-        float(q.z),
-        float(q.w),
-    )

@@ -55,12 +55,6 @@ class SampleBag:
     track: DriveTrack
 
 
-def _time_msg(stamp_ns: int):
-    from builtin_interfaces.msg import Time
-
-    return Time(sec=stamp_ns // 1_000_000_000, nanosec=stamp_ns % 1_000_000_000)
-
-
 def make_sample_bag(
     out_dir: str | Path,
     *,
@@ -81,7 +75,7 @@ def make_sample_bag(
     from sensor_msgs.msg import CameraInfo, CompressedImage, Image
     from std_msgs.msg import String
 
-    from wam_diff2_ros.bag import BagWriter
+    from wam_diff2_ros.bag import BagWriter, ns_to_stamp
 
     if width < 64 or height < 48 or width > 4096 or height > 4096:
         raise ValueError(f"image size {width}x{height} is outside 64x48 .. 4096x4096")
@@ -127,7 +121,7 @@ def make_sample_bag(
         for stamp, _, kind, i in events:
             if kind == "odometry":
                 msg = Odometry()
-                msg.header.stamp = _time_msg(stamp)
+                msg.header.stamp = ns_to_stamp(stamp)
                 msg.header.frame_id = ODOM_FRAME
                 msg.child_frame_id = BASE_FRAME
                 msg.pose.pose.position.x = float(track.x[i])
@@ -141,7 +135,7 @@ def make_sample_bag(
                 bag.write(SAMPLE_TOPICS["odometry"], msg, stamp)
             elif kind == "acceleration":
                 msg = AccelWithCovarianceStamped()
-                msg.header.stamp = _time_msg(stamp)
+                msg.header.stamp = ns_to_stamp(stamp)
                 msg.header.frame_id = BASE_FRAME
                 msg.accel.accel.linear.x = float(track.accel_x[i])
                 msg.accel.accel.linear.y = float(track.accel_y[i])
@@ -154,7 +148,7 @@ def make_sample_bag(
                 pixels = renderer.render((stamp - start_ns) / 1e9)
                 if raw:
                     img = Image()
-                    img.header.stamp = _time_msg(stamp)
+                    img.header.stamp = ns_to_stamp(stamp)
                     img.header.frame_id = CAMERA_FRAME
                     img.height, img.width = cam.height, cam.width
                     img.encoding = "rgb8"
@@ -165,12 +159,12 @@ def make_sample_bag(
                     buffer = io.BytesIO()
                     PILImage.fromarray(pixels, "RGB").save(buffer, "JPEG", quality=jpeg_quality, optimize=True)
                     img = CompressedImage()
-                    img.header.stamp = _time_msg(stamp)
+                    img.header.stamp = ns_to_stamp(stamp)
                     img.header.frame_id = CAMERA_FRAME
                     img.format = "jpeg"
                     img.data = buffer.getvalue()
                 bag.write(SAMPLE_TOPICS[image_key], img, stamp)
-                info.header.stamp = _time_msg(stamp)
+                info.header.stamp = ns_to_stamp(stamp)
                 bag.write(SAMPLE_TOPICS["camera_info"], info, stamp)
                 done += 1
                 if progress is not None:

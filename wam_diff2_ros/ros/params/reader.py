@@ -1,11 +1,6 @@
-"""The node's parameters: names, defaults, descriptions, validation into a :class:`NodeConfig`.
-
-No rclpy import: the node declares :data:`PARAMETER_SPECS` and validates what it reads with
-:meth:`NodeConfig.from_parameters`; the replay tool reads the same YAML with
-:func:`load_parameters_file` and gets the same :class:`NodeConfig`. Every problem is collected and
-raised together as one :class:`ParameterError` naming each parameter.
-
-``config/wam_diff2.yaml`` documents every parameter (a test keeps it in step with this table).
+"""Validation of parameter values into a :class:`~.config.NodeConfig` (every problem collected, raised together
+as one :class:`~.specs.ParameterError`), the rules it records for the typed ROS declarations
+(:func:`parameter_rules`), and the parameters YAML (:func:`load_parameters_file`).
 """
 
 from __future__ import annotations
@@ -13,202 +8,36 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from wam_diff2_ros.core.acceleration import ACCELERATION_SOURCES, AccelerationFilterConfig
 from wam_diff2_ros.core.decoding import ENGINES, REMASKING_STRATEGIES, DecodeConfig, DecodeConfigError
 from wam_diff2_ros.core.kinematics import DEFAULT_KINEMATIC_LIMITS, KinematicLimits
-from wam_diff2_ros.core.observation import (
-    ACCELERATION_SOURCES,
-    DEFAULT_COMMAND_MAX_AGE_S,
-    AccelerationFilterConfig,
-    SyncConfig,
-)
-from wam_diff2_ros.core.planning import DEFAULT_DETECTION_CATEGORIES, PlanningConfig
-from wam_diff2_ros.core.processor import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS
+from wam_diff2_ros.core.observation import SyncConfig
+from wam_diff2_ros.core.planning import PlanningConfig
 from wam_diff2_ros.core.prompts import (
     IMAGE_PLACEHOLDER,
-    PLANNING_TEMPLATES,
     parse_navigation_command,
     resolve_planning_template,
 )
 from wam_diff2_ros.demo.resolve import is_model_name
 
-DEFAULT_NODE_NAME = "wam_diff2"
-TRANSPORTS = ("raw", "compressed")
-RELIABILITIES = ("best_effort", "reliable")
-DURABILITIES = ("volatile", "transient_local")
-QOS_INPUTS = ("image", "camera_info", "odometry", "acceleration", "command")
-DEVICES_HINT = "auto, cpu, cuda, cuda:N, npu, npu:N"
-DTYPES = ("bfloat16", "float16", "float32")
-
-
-class ParameterError(ValueError):
-    """One or more parameters are invalid; the message lists every problem."""
-
-
-@dataclass(frozen=True)
-class ParameterSpec:
-    """A parameter: dotted name, default value and a one-line description."""
-
-    name: str
-    default: Any
-    description: str
-
-
-def _qos_specs(name: str, reliability: str, depth: int, durability: str = "volatile") -> list[ParameterSpec]:
-    return [
-        ParameterSpec(f"qos.{name}.reliability", reliability, f"{name} subscription reliability: best_effort|reliable"),
-        ParameterSpec(f"qos.{name}.depth", depth, f"{name} subscription queue depth (KEEP_LAST)"),
-        ParameterSpec(
-            f"qos.{name}.durability", durability, f"{name} subscription durability: volatile|transient_local"
-        ),
-    ]
-
-
-_KINEMATICS_DESCRIPTIONS = {
-    "max_speed_mps": "plausibility gate: implied speed between waypoints at most this (m/s)",
-    "max_accel_mps2": "plausibility gate: implied longitudinal acceleration at most this (m/s²)",
-    "max_decel_mps2": "plausibility gate: implied braking at most this (m/s²)",
-    "max_lateral_accel_mps2": "plausibility gate: implied lateral acceleration at most this (m/s²)",
-    "min_turn_radius_m": "plausibility gate: implied turn radius at least this (m)",
-    "max_backward_m": "plausibility gate: motion against the direction of travel tolerated between waypoints (m)",
-    "allow_reverse": "plausibility gate: accept reversing (backward) plans",
-    "first_waypoint_tolerance_m": "plausibility gate: first waypoint within this of current speed × dt (m)",
-}
-
-
-def _kinematics_specs() -> list[ParameterSpec]:
-    return [
-        ParameterSpec(f"planning.kinematics.{name}", getattr(DEFAULT_KINEMATIC_LIMITS, name), description)
-        for name, description in _KINEMATICS_DESCRIPTIONS.items()
-    ]
-
-
-PARAMETER_SPECS: tuple[ParameterSpec, ...] = (
-    ParameterSpec(
-        "autostart", True, "configure and activate at start (plain `ros2 run`); false: wait for lifecycle transitions"
-    ),
-    ParameterSpec(
-        "model.path", "", "checkpoint directory (config.json, *.safetensors, tokenizer), or 'demo'; required"
-    ),
-    ParameterSpec("model.device", "auto", f"device: {DEVICES_HINT}"),
-    ParameterSpec("model.dtype", "bfloat16", "weight dtype: bfloat16|float16|float32 (float32 on CPU)"),
-    ParameterSpec("model.min_pixels", DEFAULT_MIN_PIXELS, "smallest image area after the processor's resize"),
-    ParameterSpec("model.max_pixels", DEFAULT_MAX_PIXELS, "largest image area after the processor's resize"),
-    ParameterSpec("model.unload_on_deactivate", False, "deactivate also unloads the model (activate reloads it)"),
-    ParameterSpec(
-        "model.warmup", False, "run one short decode at configure so the first plan is not slowed by lazy init"
-    ),
-    ParameterSpec("decoding.max_new_tokens", 128, "response token budget for plans (rounded up to whole blocks)"),
-    ParameterSpec("decoding.block_size", 32, "tokens per diffusion block"),
-    ParameterSpec("decoding.denoising_steps", 32, "maximum denoising steps per block"),
-    ParameterSpec("decoding.temperature", 0.0, "sampling temperature; 0 = greedy"),
-    ParameterSpec("decoding.top_k", 0, "top-k sampling; 0 = off"),
-    ParameterSpec("decoding.top_p", 1.0, "nucleus sampling mass in (0, 1]; 1 = off"),
-    ParameterSpec("decoding.remasking_strategy", "low_confidence_dynamic", "|".join(REMASKING_STRATEGIES)),
-    ParameterSpec("decoding.confidence_threshold", 0.9, "low_confidence_dynamic unmasking threshold in (0, 1]"),
-    ParameterSpec("decoding.seed", -1, "random seed for sampling; -1 = none"),
-    ParameterSpec("decoding.engine", DecodeConfig.engine, "|".join(ENGINES) + "; auto = fast where proven identical"),
-    ParameterSpec("decoding.cuda_graphs", DecodeConfig.cuda_graphs, "fast engine on CUDA: replay captured steps"),
-    ParameterSpec("prompt.template", "navsim", f"planning template: {'|'.join(PLANNING_TEMPLATES)} or custom text"),
-    ParameterSpec("prompt.system", "", "system turn text; empty = no system turn (as trained)"),
-    ParameterSpec(
-        "cameras.names", ["front"], "camera names; the first is the front camera; prompt image order = list order"
-    ),
-    ParameterSpec("cameras.transports", ["raw"], "per camera raw|compressed (one entry applies to all)"),
-    ParameterSpec(
-        "cameras.frame_ids", [""], "per camera optical frame used when header.frame_id is empty ('' = <name>_optical)"
-    ),
-    ParameterSpec("cameras.fallback_hfov_deg", 70.0, "horizontal FOV of the pinhole used without CameraInfo"),
-    ParameterSpec("planning.rate_hz", 2.0, "planning rate on the node clock; 0 = on each new front image"),
-    ParameterSpec(
-        "planning.frame_id",
-        "base_link",
-        "frame of ~/output/path, ~/output/trajectory and the path markers: base_link (vehicle frame), or the "
-        "odometry's header.frame_id (e.g. odom) for the plan transformed by the ego pose; never a relabel",
-    ),
-    ParameterSpec(
-        "planning.max_plan_age_s",
-        2.0,
-        "a plan older than this (node clock − image stamp) when ready is not published (valid=false, stale)",
-    ),
-    ParameterSpec("planning.num_waypoints", 8, "waypoints the model answers with"),
-    ParameterSpec("planning.waypoint_dt_s", 0.5, "time between waypoints (pose i at (i+1)·dt)"),
-    ParameterSpec("planning.max_abs_coord_m", 100.0, "answers with a coordinate beyond this are invalid"),
-    ParameterSpec("planning.max_step_m", 20.0, "answers with a step between waypoints longer than this are invalid"),
-    *_kinematics_specs(),
-    ParameterSpec("sync.max_skew_ms", 50.0, "other cameras' stamps within this of the front image stamp"),
-    ParameterSpec("sync.max_age_ms", 100.0, "odometry/acceleration stamps within this of the front image stamp"),
-    ParameterSpec("sync.max_image_age_ms", 500.0, "front image at most this old on the node clock (sim time aware)"),
-    *_qos_specs("image", "best_effort", 1),
-    *_qos_specs("camera_info", "best_effort", 1),
-    *_qos_specs("odometry", "best_effort", 1),
-    *_qos_specs("acceleration", "best_effort", 1),
-    *_qos_specs("command", "reliable", 1),
-    ParameterSpec("acceleration.source", "auto", "auto (topic when fresh, else derived) | topic | odometry"),
-    ParameterSpec("acceleration.window_s", 0.4, "odometry window of the derived acceleration (least-squares slope)"),
-    ParameterSpec("acceleration.min_samples", 3, "odometry samples the derivation needs in the window"),
-    ParameterSpec("acceleration.min_span_s", 0.1, "time those samples must span"),
-    ParameterSpec("acceleration.include_centripetal", True, "add ω × v (what an IMU in base_link measures)"),
-    ParameterSpec(
-        "command.default", "", "command used without a (fresh) one: left|straight|right|unknown; '' = no plan"
-    ),
-    ParameterSpec(
-        "command.max_age_s",
-        DEFAULT_COMMAND_MAX_AGE_S,
-        "a command older than this counts as missing (3 s: a 1 Hz topic may lose 2); 0 = never expires",
-    ),
-    ParameterSpec("detection.rate_hz", 0.0, "detection rate on the node clock; 0 = off"),
-    ParameterSpec("detection.categories", list(DEFAULT_DETECTION_CATEGORIES), "categories asked for"),
-    ParameterSpec("detection.camera", "", "camera to run detection on; '' = the front camera"),
-    ParameterSpec("detection.max_new_tokens", 512, "detection answer budget (>= 512 recommended: JSON is long)"),
-    ParameterSpec("detection.marker_depth_m", 10.0, "depth of the plane the detection markers are drawn on"),
-    ParameterSpec("vqa.enabled", True, "answer questions on ~/input/question"),
-    ParameterSpec("vqa.max_new_tokens", 128, "answer token budget"),
-    ParameterSpec("vqa.cameras", [""], "cameras whose latest images go with a question; [''] = all"),
-    ParameterSpec("markers.lifetime_s", 0.0, "marker lifetime; 0 = one planning (detection) period, 1 s when rate 0"),
-    ParameterSpec("diagnostics.period_s", 1.0, "period of /diagnostics"),
-    ParameterSpec("diagnostics.warn_throttle_s", 5.0, "the same input problem is logged at most once per this"),
-    ParameterSpec("diagnostics.invalid_rate_window", 20, "plans over which the invalid-answer rate is computed"),
-    ParameterSpec("debug.image", True, "publish ~/debug/image (front image, detections, path)"),
-    ParameterSpec(
-        "debug.camera_pose",
-        [0.0],
-        "front camera body pose in base_link [x, y, z, roll, pitch, yaw] "
-        "(m, rad; REP 103) to draw the path into the image; [0.0] = bird's-eye inset only",
-    ),
+from .config import CameraConfig, NodeConfig, QosSettings
+from .specs import (
+    DEFAULT_NODE_NAME,
+    DEVICES_HINT,
+    DTYPES,
+    DURABILITIES,
+    KINEMATICS_DESCRIPTIONS,
+    PARAMETER_SPECS,
+    QOS_INPUTS,
+    RELIABILITIES,
+    SPEC_BY_NAME,
+    TRANSPORTS,
+    ParameterError,
 )
-
-SPEC_BY_NAME: dict[str, ParameterSpec] = {spec.name: spec for spec in PARAMETER_SPECS}
-
-#: Read once, when the node is constructed: declared read-only.
-READ_ONLY_PARAMETERS = frozenset({"autostart"})
-#: Sections read where they are used (the next plan, detection, answer or timer period): a change applies
-#: live. Everything else shapes the model, subscriptions or publishers (``model.*``, ``cameras.*``, ``qos.*``,
-#: and any new section until it is listed here): on a configured node a change is refused ("takes effect after
-#: reconfigure"); an unconfigured node accepts it for its next configure. Never accepted and ignored.
-LIVE_PREFIXES = (
-    "decoding.",
-    "prompt.",
-    "planning.",
-    "sync.",
-    "acceleration.",
-    "command.",
-    "detection.",
-    "markers.",
-    "diagnostics.",
-    "vqa.",
-    "debug.",
-)
-#: Exceptions inside the live sections: they create or remove a subscription or publisher.
-RECONFIGURE_PARAMETERS = frozenset({"vqa.enabled", "debug.image"})
-
-
-def needs_reconfigure(name: str) -> bool:
-    """True when a change of ``name`` only takes effect at the next configure."""
-    return name in RECONFIGURE_PARAMETERS or not name.startswith(LIVE_PREFIXES)
 
 
 @dataclass(frozen=True)
@@ -277,78 +106,6 @@ def change_problems(current: Mapping[str, Any], changes: Mapping[str, Any], requ
     e.g. a bad override waiting for its fix, are not blamed on an unrelated change)."""
     before = set(validation_problems(current, require_model))
     return [p for p in validation_problems({**current, **changes}, require_model) if p not in before]
-
-
-@dataclass(frozen=True)
-class QosSettings:
-    """Subscription QoS of one input."""
-
-    reliability: str
-    depth: int
-    durability: str
-
-
-@dataclass(frozen=True)
-class CameraConfig:
-    """One camera: name, transport (raw|compressed), optical frame used when the header has none."""
-
-    name: str
-    transport: str
-    frame_id: str
-
-
-@dataclass(frozen=True)
-class NodeConfig:
-    """Validated node parameters (see :data:`PARAMETER_SPECS` for the meaning of each)."""
-
-    values: Mapping[str, Any] = field(repr=False)
-    autostart: bool
-    model_path: str
-    device: str
-    dtype: str
-    min_pixels: int
-    max_pixels: int
-    unload_on_deactivate: bool
-    warmup: bool
-    decode: DecodeConfig
-    template: str
-    system: str | None
-    cameras: tuple[CameraConfig, ...]
-    fallback_hfov_deg: float
-    rate_hz: float
-    frame_id: str
-    max_plan_age_s: float
-    sync: SyncConfig
-    qos: Mapping[str, QosSettings]
-    acceleration_filter: AccelerationFilterConfig
-    planning: PlanningConfig
-    detection_rate_hz: float
-    detection_camera: int
-    detection_marker_depth_m: float
-    vqa_enabled: bool
-    vqa_cameras: tuple[int, ...]
-    marker_lifetime_s: float
-    detection_marker_lifetime_s: float
-    diagnostics_period_s: float
-    warn_throttle_s: float
-    invalid_rate_window: int
-    debug_image: bool
-    debug_camera_pose: tuple[float, float, float, float, float, float] | None
-
-    @property
-    def camera_names(self) -> tuple[str, ...]:
-        """Camera names in prompt order."""
-        return tuple(c.name for c in self.cameras)
-
-    @classmethod
-    def from_parameters(cls, values: Mapping[str, Any], require_model: bool = True) -> NodeConfig:
-        """Validate ``values`` (parameter name → value; missing names take their defaults).
-
-        Raises :class:`ParameterError` listing every problem. ``require_model=False`` accepts an empty
-        ``model.path`` (tests of the parameter layer).
-        """
-        reader = _Reader({**{s.name: s.default for s in PARAMETER_SPECS}, **dict(values)})
-        return reader.build(cls, require_model)
 
 
 class _Reader:
@@ -593,7 +350,7 @@ class _Reader:
                         if name == "max_backward_m"
                         else self.number(f"planning.kinematics.{name}", positive=True)
                     )
-                    for name in _KINEMATICS_DESCRIPTIONS
+                    for name in KINEMATICS_DESCRIPTIONS
                 }
             )
         except ValueError as exc:
@@ -678,6 +435,12 @@ class _Reader:
         if self.errors:
             raise ParameterError("invalid parameters:\n  " + "\n  ".join(self.errors))
         return config
+
+
+def read_config(cls: type[NodeConfig], values: Mapping[str, Any], require_model: bool = True) -> NodeConfig:
+    """``values`` over the defaults, validated into ``cls`` (:meth:`NodeConfig.from_parameters`)."""
+    reader = _Reader({**{s.name: s.default for s in PARAMETER_SPECS}, **dict(values)})
+    return reader.build(cls, require_model)
 
 
 def flatten_parameters(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -1,0 +1,95 @@
+"""The node's model (:class:`ModelSlot`): loaded from ``model.*`` through the node's engine factory (and warmed
+up), kept across configures of the same path, cancelled at process exit, closed; its state goes to
+``/diagnostics`` (:class:`~.diagnostics.NodeHealth` ``set_model``)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from wam_diff2_ros.core.checkpoint import release_device_cache
+from wam_diff2_ros.core.planning import EngineLike
+
+from .diagnostics import NodeHealth
+from .params import NodeConfig
+
+EngineFactory = Callable[[NodeConfig], EngineLike]
+
+
+class ModelSlot:
+    """At most one loaded engine (see the module docstring)."""
+
+    def __init__(self, health: NodeHealth, logger: Any, publish_diagnostics: Callable[[], None]) -> None:
+        self._health = health
+        self._logger = logger
+        self._publish_diagnostics = publish_diagnostics
+        self.engine: EngineLike | None = None
+        self.path: str | None = None
+
+    def load(self, config: NodeConfig, factory: EngineFactory) -> bool:
+        """The engine for ``config.model_path`` (kept when it is loaded already); False when it cannot be loaded
+        (logged, reported)."""
+        if self.engine is not None and self.path == config.model_path:
+            return True
+        self.close()
+        self._health.set_model("loading", path=config.model_path)
+        self._publish_diagnostics()
+        started = time.perf_counter()
+        try:
+            engine = factory(config)
+        except Exception as exc:  # CheckpointError, device errors, out of memory ...
+            self._logger.error(f"configure failed: cannot load the model from {config.model_path!r}: {exc}")
+            self._health.set_model("failed", error=f"cannot load {config.model_path!r}: {exc}", path=config.model_path)
+            self._publish_diagnostics()
+            return False
+        self.engine = engine
+        self.path = config.model_path
+        device, dtype = str(getattr(engine, "device", "?")), str(getattr(engine, "dtype", "?")).replace("torch.", "")
+        self._health.set_model("loaded", name=engine.name, path=config.model_path, device=device, dtype=dtype)
+        self._logger.info(f"model {engine.name} loaded on {device} ({dtype}) in {time.perf_counter() - started:.1f} s")
+        if config.warmup:
+            self._warmup(engine, config)
+        return True
+
+    def _warmup(self, engine: EngineLike, config: NodeConfig) -> None:
+        import numpy as np
+
+        started = time.perf_counter()
+        try:
+            engine.generate(
+                "<image>Describe the scene.",
+                [np.full((224, 224, 3), 128, dtype=np.uint8)],
+                decode=config.decode.with_overrides(max_new_tokens=config.decode.block_size),
+            )
+            self._logger.info(f"warm-up decode took {time.perf_counter() - started:.1f} s")
+        except Exception as exc:
+            self._logger.warning(f"warm-up decode failed: {exc}")
+
+    def close(self) -> None:
+        """Unload the engine (``engine.close()``)."""
+        engine, self.engine = self.engine, None
+        self.path = None
+        if engine is not None and hasattr(engine, "close"):
+            try:
+                engine.close()
+            except Exception as exc:
+                self._logger.warning(f"closing the engine failed: {exc}")
+        self._health.set_model("not loaded")
+
+    def abandon(self) -> None:
+        """Forget the engine without closing it: a busy worker still holds it (closing would wait for the
+        decode); the process exit frees it."""
+        self.engine = None
+        self.path = None
+
+    def cancel(self) -> None:
+        """Stop a running decode before its next denoising step (``engine.cancel()`` where the engine has it)."""
+        cancel = getattr(self.engine, "cancel", None)
+        if callable(cancel):
+            cancel()
+
+    def release_cache(self) -> None:
+        """Return cached device memory (the engine stays loaded)."""
+        if self.engine is not None:
+            release_device_cache(getattr(self.engine, "device", "cpu"))
