@@ -80,11 +80,11 @@ setup(
     entry_points={
         "console_scripts": [
             "wam_diff2_node = wam_diff2_ros.ros.node:main",
-            "wam-diff2-infer = wam_diff2_ros.tools.infer:main",
+            "wam-diff2-infer = wam_diff2_ros.cli.infer:main",
             "wam-diff2-make-tiny = wam_diff2_ros.cli.make_tiny:main",
             "wam-diff2-replay = wam_diff2_ros.cli.replay:main",
-            "wam-diff2-bench = wam_diff2_ros.tools.bench:main",
-            "wam-diff2-build-interfaces = wam_diff2_ros.tools.build_interfaces:main",
+            "wam-diff2-bench = wam_diff2_ros.cli.bench:main",
+            "wam-diff2-build-interfaces = wam_diff2_ros.cli.build_interfaces:main",
             "wam-diff2-make-sample-bag = wam_diff2_ros.cli.make_sample_bag:main",
             "wam-diff2-train-demo = wam_diff2_ros.cli.train_demo:main",
             "wam-diff2-play = wam_diff2_ros.cli.play:main",

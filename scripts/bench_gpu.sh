@@ -14,7 +14,7 @@ OUT=${OUT:-.}
 ITERATIONS=${ITERATIONS:-10}
 
 if [ "${BENCH_GPU_TINY:-0}" = 1 ]; then
-  common=(--model_id tiny --device cpu --dtype float32 --width 64 --height 64 --max_new_tokens 20 --block_size 8)
+  common=(--model-id tiny --device cpu --dtype float32 --width 64 --height 64 --max-new-tokens 20 --block-size 8)
   common+=(--warmup 0 --iterations 1)
 else
   if ! "$PYTHON" -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)"; then
@@ -31,7 +31,7 @@ else
 fi
 
 echo "== exact vs fast (CUDA graphs where available) =="
-"$PYTHON" -m wam_diff2_ros.tools.bench "${common[@]}" --engine exact --engine fast --json "$OUT/bench_gpu.json"
+"$PYTHON" -m wam_diff2_ros.cli.bench "${common[@]}" --engine exact --engine fast --json "$OUT/bench_gpu.json"
 echo "== fast without CUDA graphs =="
-"$PYTHON" -m wam_diff2_ros.tools.bench "${common[@]}" --engine fast --no-cuda-graphs --no-counters \
+"$PYTHON" -m wam_diff2_ros.cli.bench "${common[@]}" --engine fast --no-cuda-graphs --no-counters \
   --json "$OUT/bench_gpu_nographs.json"

@@ -19,4 +19,4 @@ if [[ -z "$python" ]]; then
   fi
 fi
 cd "$root"
-exec "$python" -m wam_diff2_ros.tools.build_interfaces --source "$root" "$@"
+exec "$python" -m wam_diff2_ros.cli.build_interfaces --source "$root" "$@"

@@ -5,7 +5,7 @@
 set -euo pipefail
 NUM_GPUS="${NUM_GPUS:-1}"
 if [ "${NUM_GPUS}" -le 1 ]; then
-  exec python -m wam_diff2_ros.tools.infer --device "${DEVICE:-cuda}" "$@"
+  exec python -m wam_diff2_ros.cli.infer --device "${DEVICE:-cuda}" "$@"
 fi
 exec torchrun --standalone --nnodes=1 --nproc-per-node="${NUM_GPUS}" \
-  --module wam_diff2_ros.tools.infer --device cuda "$@"
+  --module wam_diff2_ros.cli.infer --device cuda "$@"

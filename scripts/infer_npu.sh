@@ -3,7 +3,7 @@
 set -euo pipefail
 NUM_DEVICES="${NUM_DEVICES:-1}"
 if [ "${NUM_DEVICES}" -le 1 ]; then
-  exec python -m wam_diff2_ros.tools.infer --device npu "$@"
+  exec python -m wam_diff2_ros.cli.infer --device npu "$@"
 fi
 exec torchrun --standalone --nnodes=1 --nproc-per-node="${NUM_DEVICES}" \
-  --module wam_diff2_ros.tools.infer --device npu "$@"
+  --module wam_diff2_ros.cli.infer --device npu "$@"

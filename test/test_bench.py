@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
+from wam_diff2_ros.cli import bench
 from wam_diff2_ros.core.decoding import DecodeConfig
-from wam_diff2_ros.tools import bench
 
 
 def test_bench_compares_exact_and_fast_on_the_tiny_model(tmp_path, capsys):
@@ -49,3 +49,12 @@ def test_gpu_bench_script_runs_its_tiny_cpu_mode(tmp_path):
     figures = json.loads((tmp_path / "bench_gpu.json").read_text())
     assert set(figures["engines"]) == {"exact", "fast"} and figures["tokens_identical"]
     assert (tmp_path / "bench_gpu_nographs.json").exists()
+
+
+def test_bench_flags_are_kebab_case_and_old_underscore_spellings_still_parse():
+    parser = bench.build_parser()
+    new = parser.parse_args(["--model-id", "demo", "--max-new-tokens", "20", "--block-size", "8", "--no-counters"])
+    old = parser.parse_args(["--model_id", "demo", "--max_new_tokens", "20", "--block_size", "8", "--no_counters"])
+    assert vars(new) == vars(old)
+    assert new.model_id == "demo" and new.max_new_tokens == 20 and new.block_size == 8 and new.no_counters
+    assert "--max_new_tokens" not in parser.format_help()  # the old spellings are hidden

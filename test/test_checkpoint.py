@@ -177,7 +177,7 @@ def test_cli_reports_a_broken_checkpoint_in_one_line(tmp_path):
     eval_json = tmp_path / "eval.json"
     eval_json.write_text(json.dumps([{"id": 1, "conversations": [{"from": "human", "value": "hi"}]}]))
     result = subprocess.run(
-        [sys.executable, "-m", "wam_diff2_ros.tools.infer", "--model_id", str(path), "--input_file", str(eval_json),
+        [sys.executable, "-m", "wam_diff2_ros.cli.infer", "--model_id", str(path), "--input_file", str(eval_json),
          "--output_file", str(tmp_path / "out.json"), "--device", "cpu"],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip

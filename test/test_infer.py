@@ -12,7 +12,7 @@ import pytest
 from core_helpers import noise_image, tiny_checkpoint
 from PIL import Image
 
-from wam_diff2_ros.tools import infer
+from wam_diff2_ros.cli import infer
 
 pytestmark = pytest.mark.core
 
@@ -133,7 +133,7 @@ def test_bad_input_file_exits_2_with_one_message(tmp_path, content, message):
     if content is not None:
         path.write_text(content)
     result = subprocess.run(
-        [sys.executable, "-m", "wam_diff2_ros.tools.infer", "--model_id", str(tiny_checkpoint()),
+        [sys.executable, "-m", "wam_diff2_ros.cli.infer", "--model_id", str(tiny_checkpoint()),
          "--input_file", str(path), "--output_file", str(tmp_path / "o.json")],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
@@ -146,7 +146,7 @@ def test_data_parallel_ranks_merge_in_input_order(eval_dir):
     _, single = run(eval_dir, output="single.json")
     env = {**os.environ, "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1"}
     command = [
-        sys.executable, "-m", "wam_diff2_ros.tools.infer", "--model_id", str(tiny_checkpoint()),
+        sys.executable, "-m", "wam_diff2_ros.cli.infer", "--model_id", str(tiny_checkpoint()),
         "--input_file", str(eval_dir / "data" / "eval.json"), "--output_file", str(eval_dir / "dp.json"), *FAST,
     ]  # fmt: skip
     ranks = [
@@ -161,3 +161,28 @@ def test_data_parallel_ranks_merge_in_input_order(eval_dir):
     assert [r.get("token_ids") for r in merged] == [r.get("token_ids") for r in single]
     shard0 = json.loads((eval_dir / "dp.json.rank0-of-2.json").read_text())
     assert [r["id"] for r in shard0] == ["s0", "s1", "missing"]  # the first rank takes the extra sample
+
+
+def test_flags_stay_the_references_and_defaults_come_from_the_core():
+    from wam_diff2_ros.core.decoding import REMASKING_STRATEGIES, DecodeConfig
+    from wam_diff2_ros.core.processor import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS
+
+    parser = infer.build_parser()
+    flags = {s for action in parser._actions for s in action.option_strings}
+    assert flags == {
+        "-h", "--help", "--model_id", "--input_file", "--output_file", "--max_new_tokens", "--block_size",
+        "--denoising_steps", "--temperature", "--top_k", "--top_p", "--remasking_strategy",
+        "--confidence_threshold", "--engine", "--no_cuda_graphs", "--min_pixels", "--max_pixels", "--device",
+        "--dtype", "--seed", "--resume", "--batch_size", "--padding_side", "--save_every", "--no_progress",
+    }  # fmt: skip
+    args = parser.parse_args(["--model_id", "m", "--input_file", "i.json", "--output_file", "o.json"])
+    d = DecodeConfig()
+    steps = (d.max_new_tokens, d.block_size, d.denoising_steps)
+    assert (args.max_new_tokens, args.block_size, args.denoising_steps) == steps
+    assert (args.temperature, args.top_k, args.top_p, args.confidence_threshold) == (
+        d.temperature, d.top_k, d.top_p, d.confidence_threshold,
+    )  # fmt: skip
+    assert (args.remasking_strategy, args.engine, args.no_cuda_graphs) == (d.remasking_strategy, d.engine, False)
+    assert (args.min_pixels, args.max_pixels) == (DEFAULT_MIN_PIXELS, DEFAULT_MAX_PIXELS)
+    choices = next(a.choices for a in parser._actions if "--remasking_strategy" in a.option_strings)
+    assert tuple(choices) == REMASKING_STRATEGIES

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 import wam_diff2_ros
 from wam_diff2_ros import _interfaces
 from wam_diff2_ros.core.prompts import COMMAND_ORDER
-from wam_diff2_ros.tools import build_interfaces as tool
+from wam_diff2_ros.interfaces import build as tool
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 BUILD_HINT = (
@@ -479,7 +479,7 @@ def test_package_xml_is_valid_and_declares_interface_group() -> None:
 @pytest.mark.slow
 def test_build_tool_into_temporary_prefix(tmp_path: Path) -> None:
     prefix, build = tmp_path / "prefix", tmp_path / "build"
-    tool_cmd = [sys.executable, "-m", "wam_diff2_ros.tools.build_interfaces", "--prefix", str(prefix)]
+    tool_cmd = [sys.executable, "-m", "wam_diff2_ros.cli.build_interfaces", "--prefix", str(prefix)]
     result = subprocess.run(
         [*tool_cmd, "--build-dir", str(build), "--source", str(REPO_ROOT)],
         capture_output=True,

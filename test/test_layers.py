@@ -1,9 +1,10 @@
 """The package's layers, read from the source with ``ast`` (nothing is imported).
 
-core ← demo (model fixtures) ← ros ← bag ← sim / replay ← demo.train ← tools ← cli: a module may import only
-from its own layer and the layers its row in :data:`ALLOWED` names, also inside functions; core and demo never
-import ROS; module-level imports between the package's modules form no cycle; the tests marked ``core`` (run
-again on the ROS-free transformers 4.57.3 environment by ``scripts/test.sh``) import nothing that needs ROS.
+core ← demo (model fixtures) ← ros ← bag ← sim / replay / bench / infer ← demo.train ← cli (interfaces stands
+alone): a module may import only from its own layer and the layers its row in :data:`ALLOWED` names, also inside
+functions; core and demo never import ROS; module-level imports between the package's modules form no cycle;
+the tests marked ``core`` (run again on the ROS-free transformers 4.57.3 environment by ``scripts/test.sh``)
+import nothing that needs ROS.
 """
 
 from __future__ import annotations
@@ -30,8 +31,10 @@ ALLOWED: dict[str, set[str]] = {
     "sim": {"core", "bag", "sim"},
     "replay": {"core", "demo", "ros", "bag", "replay"},
     "demo.train": {"core", "demo", "sim", "demo.train"},
-    "tools": {"core", "demo", "ros", "bag", "tools"},
-    "cli": {"core", "demo", "ros", "bag", "sim", "replay", "demo.train", "tools", "cli"},
+    "bench": {"core", "demo", "bench"},
+    "infer": {"core", "demo", "infer"},
+    "interfaces": {"interfaces"},
+    "cli": {"core", "demo", "ros", "bag", "sim", "replay", "demo.train", "bench", "infer", "interfaces", "cli"},
 }
 ROS_FREE = ("core", "demo")
 ROS_ROOTS = ("rclpy", "rosbags", "rosidl", "launch", "launch_ros", "builtin_interfaces", "ament_index_python")

@@ -290,6 +290,15 @@ _DTYPES = {
 }  # fmt: skip
 
 
+def release_device_cache(device: Any) -> None:
+    """Return cached, unused accelerator memory to the driver (no-op on CPU): after dropping a model."""
+    kind = getattr(device, "type", str(device))
+    if kind == "cuda" and torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    elif kind == "npu" and hasattr(torch, "npu"):
+        torch.npu.empty_cache()
+
+
 def resolve_dtype(spec: str | torch.dtype = "bfloat16") -> torch.dtype:
     """`bf16`/`bfloat16`, `fp16`/`float16`, `fp32`/`float32` -> torch dtype."""
     if isinstance(spec, torch.dtype):

@@ -28,9 +28,9 @@ from typing import Any
 import torch
 
 from .model import BlockDiffusionBackbone
+from .timing import StageTiming
+from .tokens import EOS_TOKEN_ID, MASK_TOKEN_ID
 
-MASK_TOKEN_ID = 151671
-EOS_TOKEN_ID = 151645  # <|im_end|>
 ENGINES = ("auto", "exact", "fast")
 REMASKING_STRATEGIES = ("low_confidence_dynamic", "low_confidence_static", "sequential")
 
@@ -99,27 +99,6 @@ class DecodeConfig:
 
 
 @dataclass
-class DecodeTiming:
-    """Seconds spent per stage of one decode call."""
-
-    vision: float = 0.0
-    prefill: float = 0.0  # prompt forward without the vision encoder
-    denoise: float = 0.0  # denoising forwards + sampling + remasking
-    commit: float = 0.0
-    total: float = 0.0
-
-    def as_dict(self) -> dict[str, float]:
-        """Stage name -> seconds."""
-        return {
-            "vision_s": self.vision,
-            "prefill_s": self.prefill,
-            "denoise_s": self.denoise,
-            "commit_s": self.commit,
-            "total_s": self.total,
-        }
-
-
-@dataclass
 class DecodeOutput:
     """Result of decoding a batch."""
 
@@ -127,7 +106,7 @@ class DecodeOutput:
     token_ids: list[list[int]]  # per sample, cut before the first EOS
     steps_per_block: list[int]  # denoising forwards run per decoded block (shared by the batch)
     finished: list[bool]  # sample produced EOS within the budget
-    timing: DecodeTiming = field(default_factory=DecodeTiming)
+    timing: StageTiming = field(default_factory=StageTiming)  # no preprocessing: the engine adds it
 
 
 def sample_tokens(
@@ -309,7 +288,7 @@ def block_diffusion_decode(
     else:
         runner = ExactRunner(backbone)
 
-    timing = DecodeTiming()
+    denoise_s = commit_s = 0.0
     sync()
     started = time.perf_counter()
 
@@ -320,11 +299,9 @@ def block_diffusion_decode(
 
     capacity = prompt_len + num_blocks * block_size
     mark("prefill")
-    timing.vision = runner.prefill(
-        input_ids, prompt_mask, prompt_positions, pixel_values, image_grid_thw, capacity=capacity
-    )
+    vision_s = runner.prefill(input_ids, prompt_mask, prompt_positions, pixel_values, image_grid_thw, capacity=capacity)
     sync()
-    timing.prefill = time.perf_counter() - started - timing.vision
+    prefill_s = time.perf_counter() - started - vision_s
 
     response = torch.full((batch, num_blocks * block_size), mask_id, dtype=input_ids.dtype, device=device)
     finished = torch.zeros(batch, dtype=torch.bool, device=device)
@@ -372,16 +349,16 @@ def block_diffusion_decode(
         finished_rows = finished.tolist()  # the one read per block
         any_finished = any(finished_rows)
         sync()
-        timing.denoise += time.perf_counter() - denoise_started
+        denoise_s += time.perf_counter() - denoise_started
         if all(finished_rows) or block == num_blocks - 1:
             break  # (the reference also commits the last block; nothing reads that cache entry)
         commit_started = time.perf_counter()
         mark("commit")
         runner.commit(tokens, positions, step_mask, block_start)
         sync()
-        timing.commit += time.perf_counter() - commit_started
+        commit_s += time.perf_counter() - commit_started
 
-    timing.total = time.perf_counter() - started
+    total_s = time.perf_counter() - started
     mark("done")
     rows_out = response.tolist()
     cut = [row[: row.index(eos_id)] if eos_id in row else row for row in rows_out]
@@ -391,5 +368,7 @@ def block_diffusion_decode(
         token_ids=cut,
         steps_per_block=steps_per_block,
         finished=finished.tolist(),
-        timing=timing,
+        timing=StageTiming.from_seconds(
+            vision=vision_s, prefill=prefill_s, denoise=denoise_s, commit=commit_s, total=total_s
+        ),
     )

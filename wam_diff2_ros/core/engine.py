@@ -23,6 +23,7 @@ from .checkpoint import (
     inspect_checkpoint,
     load_model,
     load_processor,
+    release_device_cache,
     resolve_device,
     resolve_dtype,
     synchronizer,
@@ -30,24 +31,9 @@ from .checkpoint import (
 from .decoding import DecodeConfig, DecodeOutput, block_diffusion_decode
 from .model import BlockDiffusionBackbone
 from .processor import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS, WamDiff2Processor
+from .timing import StageTiming
 
 LOG = logging.getLogger(__name__)
-
-
-@dataclass
-class GenerationTiming:
-    """Seconds per stage of one request (a batch shares the decode stages)."""
-
-    preprocess_s: float = 0.0
-    vision_s: float = 0.0
-    prefill_s: float = 0.0
-    denoise_s: float = 0.0
-    commit_s: float = 0.0
-    total_s: float = 0.0
-
-    def as_dict(self) -> dict[str, float]:
-        """Stage name -> seconds."""
-        return dict(self.__dict__)
 
 
 @dataclass
@@ -59,7 +45,7 @@ class Generation:
     sequence: list[int]  # all response positions, as the reference `generate()` returns them
     steps_per_block: list[int]
     finished: bool  # EOS produced within max_new_tokens
-    timing: GenerationTiming
+    timing: StageTiming  # the engine's stages, preprocessing included
     num_prompt_tokens: int
     num_image_tokens: int
     prompt_text: str = field(repr=False, default="")
@@ -161,7 +147,7 @@ class Engine:
             return self._collect(output, inputs, preprocess_s)
 
     def _collect(self, output: DecodeOutput, inputs: Any, preprocess_s: float) -> list[Generation]:
-        timing = output.timing
+        timing = output.timing.with_preprocess(preprocess_s)
         results = []
         lengths = inputs.attention_mask.sum(dim=1).tolist()
         for row, token_ids in enumerate(output.token_ids):
@@ -172,14 +158,7 @@ class Engine:
                     sequence=output.sequences[row].tolist(),
                     steps_per_block=list(output.steps_per_block),
                     finished=bool(output.finished[row]),
-                    timing=GenerationTiming(
-                        preprocess_s=preprocess_s,
-                        vision_s=timing.vision,
-                        prefill_s=timing.prefill,
-                        denoise_s=timing.denoise,
-                        commit_s=timing.commit,
-                        total_s=preprocess_s + timing.total,
-                    ),
+                    timing=timing,
                     num_prompt_tokens=int(lengths[row]),
                     num_image_tokens=int(inputs.num_image_tokens[row]),
                     prompt_text=inputs.prompt_texts[row],
@@ -197,7 +176,4 @@ class Engine:
             self.model = None
             self.backbone = None  # type: ignore[assignment]
             gc.collect()
-            if self.device.type == "cuda":
-                torch.cuda.empty_cache()
-            elif self.device.type == "npu":
-                torch.npu.empty_cache()
+            release_device_cache(self.device)

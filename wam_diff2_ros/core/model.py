@@ -20,6 +20,8 @@ from typing import Any
 
 import torch
 
+from .tokens import BOS_TOKEN_ID, EOS_TOKEN_ID, SPECIAL_TOKEN_IDS
+
 WAM_DIFF2_MODEL_TYPE = "wam_diff2"
 
 # Architecture of WAM-Diff2-B32-2B (= Qwen3-VL-2B), written out because transformers' Qwen3-VL defaults
@@ -28,8 +30,8 @@ QWEN3_VL_2B_TEXT_CONFIG: dict[str, Any] = {
     "model_type": "wam_diff2_text",
     "attention_bias": False,
     "attention_dropout": 0.0,
-    "bos_token_id": 151643,
-    "eos_token_id": 151645,
+    "bos_token_id": BOS_TOKEN_ID,
+    "eos_token_id": EOS_TOKEN_ID,
     "head_dim": 128,
     "hidden_act": "silu",
     "hidden_size": 2048,
@@ -61,12 +63,6 @@ QWEN3_VL_2B_VISION_CONFIG: dict[str, Any] = {
     "patch_size": 16,
     "spatial_merge_size": 2,
     "temporal_patch_size": 2,
-}
-SPECIAL_TOKEN_IDS: dict[str, int] = {
-    "image_token_id": 151655,
-    "video_token_id": 151656,
-    "vision_start_token_id": 151652,
-    "vision_end_token_id": 151653,
 }
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from .camera import CameraFrame, CameraIntrinsics
@@ -36,6 +36,7 @@ from .parsing import (
 )
 from .processor import ImageInputError
 from .prompts import build_detection_prompt, build_planning_prompt, build_vqa_prompt, resolve_planning_template
+from .timing import StageTiming
 
 DEFAULT_DETECTION_CATEGORIES = ("car", "truck", "bus", "pedestrian", "cyclist", "traffic light", "traffic sign")
 
@@ -54,45 +55,6 @@ class EngineLike(Protocol):
     ) -> Any:
         """Decode one prompt; returns an object like :class:`wam_diff2_ros.core.engine.Generation`."""
         ...
-
-
-@dataclass(frozen=True)
-class StageTiming:
-    """Milliseconds per stage of one inference (``end_to_end_ms`` is filled in when publishing)."""
-
-    preprocess_ms: float = 0.0
-    vision_ms: float = 0.0
-    prefill_ms: float = 0.0
-    denoise_ms: float = 0.0
-    commit_ms: float = 0.0
-    total_ms: float = 0.0
-    end_to_end_ms: float = 0.0
-
-    @classmethod
-    def from_generation(cls, generation: Any, wall_s: float | None = None) -> StageTiming:
-        """From a Generation's ``timing`` (seconds); ``wall_s`` replaces a missing total."""
-        timing = getattr(generation, "timing", None)
-
-        def ms(name: str) -> float:
-            value = getattr(timing, name, 0.0) if timing is not None else 0.0
-            return float(value) * 1000.0 if value is not None and math.isfinite(float(value)) else 0.0
-
-        total = ms("total_s")
-        if total == 0.0 and wall_s is not None:
-            total = wall_s * 1000.0
-        return cls(ms("preprocess_s"), ms("vision_s"), ms("prefill_s"), ms("denoise_s"), ms("commit_s"), total)
-
-    def with_end_to_end(self, end_to_end_ms: float) -> StageTiming:
-        """A copy with ``end_to_end_ms`` set."""
-        return replace(self, end_to_end_ms=float(end_to_end_ms))
-
-    def summary(self) -> str:
-        """One log line: ``total 812 ms (pre 50, vision 128, prefill 38, denoise 577, commit 5)``."""
-        return (
-            f"total {self.total_ms:.0f} ms (pre {self.preprocess_ms:.0f}, vision {self.vision_ms:.0f}, "
-            f"prefill {self.prefill_ms:.0f}, denoise {self.denoise_ms:.0f}, commit {self.commit_ms:.0f})"
-            + (f", end-to-end {self.end_to_end_ms:.0f} ms" if self.end_to_end_ms else "")
-        )
 
 
 @dataclass(frozen=True)
@@ -309,16 +271,3 @@ class InferencePipeline:
             timing=StageTiming.from_generation(generation, wall_s),
             model=self.model_name,
         )
-
-
-def release_device_cache(device: Any) -> None:
-    """Return cached, unused accelerator memory to the driver (no-op on CPU or without torch)."""
-    kind = getattr(device, "type", str(device))
-    try:
-        import torch
-    except ImportError:  # pragma: no cover - torch is a dependency
-        return
-    if kind == "cuda" and torch.cuda.is_available():
-        torch.cuda.empty_cache()
-    elif kind == "npu" and hasattr(torch, "npu"):
-        torch.npu.empty_cache()

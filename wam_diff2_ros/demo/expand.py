@@ -26,6 +26,8 @@ from typing import Any
 
 import torch
 
+from wam_diff2_ros.core.tokens import GENERATION_CONFIG
+
 DEMO_DIR = Path(__file__).resolve().parent / "weights"
 COMPACT_WEIGHTS = "demo_weights.safetensors"
 MANIFEST = "manifest.json"
@@ -165,7 +167,7 @@ def write_demo_checkpoint(out_dir: str | Path, demo_dir: Path = DEMO_DIR, verify
     out.mkdir(parents=True, exist_ok=True)
     config = {**manifest["config"], "torch_dtype": "float32"}
     _write_json(out / "config.json", config)
-    _write_json(out / "generation_config.json", {"eos_token_id": 151645, "pad_token_id": 151643})
+    _write_json(out / "generation_config.json", GENERATION_CONFIG)
     state = expand_state(read_safetensors(compact_path), int(manifest["vocab_size"]))
     weights = out / "model.safetensors"
     write_safetensors(state, weights)

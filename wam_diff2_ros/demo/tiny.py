@@ -17,7 +17,14 @@ from typing import Any
 
 import torch
 
-from wam_diff2_ros.core.model import SPECIAL_TOKEN_IDS, WAM_DIFF2_MODEL_TYPE, qwen3vl_config
+from wam_diff2_ros.core.model import WAM_DIFF2_MODEL_TYPE, qwen3vl_config
+from wam_diff2_ros.core.tokens import (
+    BOS_TOKEN_ID,
+    EOS_TOKEN_ID,
+    GENERATION_CONFIG,
+    MASK_TOKEN_ID,
+    SPECIAL_TOKEN_IDS,
+)
 
 # A ChatML vision template that renders like Qwen3-VL-Instruct's for system/user/assistant turns made of
 # text and image items: images become <|vision_start|><|image_pad|><|vision_end|>, no default system turn.
@@ -82,8 +89,8 @@ def tiny_config(
             "model_type": "wam_diff2_text",
             "attention_bias": False,
             "attention_dropout": 0.0,
-            "bos_token_id": 151643,
-            "eos_token_id": 151645,
+            "bos_token_id": BOS_TOKEN_ID,
+            "eos_token_id": EOS_TOKEN_ID,
             "head_dim": head_dim,
             "hidden_act": "silu",
             "hidden_size": text_hidden,
@@ -212,14 +219,14 @@ def write_checkpoint(
         stale.unlink()
     dtype_name = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}[dtype]
     _write_json(out / "config.json", {**config, "torch_dtype": dtype_name})
-    _write_json(out / "generation_config.json", {"eos_token_id": 151645, "pad_token_id": 151643})
+    _write_json(out / "generation_config.json", GENERATION_CONFIG)
     save_weights(model, out, shards=shards, dtype=dtype)
     write_tokenizer_files(out)
     write_processor_files(out, preprocessor_overrides)
     return out
 
 
-def sharpen_random_model(model: Any, output_scale: float, mask_token_id: int = 151671) -> None:
+def sharpen_random_model(model: Any, output_scale: float, mask_token_id: int = MASK_TOKEN_ID) -> None:
     """Make a random model's proposals informative for decoding tests.
 
     A freshly initialised tied-embedding model mostly predicts its own input token (at a masked position:

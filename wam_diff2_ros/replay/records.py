@@ -10,16 +10,8 @@ from wam_diff2_ros.core.units import NS_PER_S
 
 
 def _timing_dict(timing: Any, wall_ms: float) -> dict[str, float]:
-    return {
-        "preprocess_ms": timing.preprocess_ms,
-        "vision_ms": timing.vision_ms,
-        "prefill_ms": timing.prefill_ms,
-        "denoise_ms": timing.denoise_ms,
-        "commit_ms": timing.commit_ms,
-        "total_ms": timing.total_ms,
-        "end_to_end_ms": timing.end_to_end_ms,
-        "wall_ms": wall_ms,
-    }
+    """The record's ``timing``: the stage times (:meth:`StageTiming.milliseconds`) and the replay's wall time."""
+    return {**timing.milliseconds(), "wall_ms": wall_ms}
 
 
 def plan_record(index: int, t_ns: int, bag_start_ns: int, cycle: Any, wall_ms: float) -> dict[str, Any]:

@@ -8,7 +8,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from wam_diff2_ros.core.planning import EngineLike, release_device_cache
+from wam_diff2_ros.core.checkpoint import release_device_cache
+from wam_diff2_ros.core.planning import EngineLike
 
 from .diagnostics import NodeHealth
 from .params import NodeConfig

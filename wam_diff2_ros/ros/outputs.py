@@ -130,13 +130,7 @@ def plan_path(result: PlanResult, frame_id: str = "base_link", pose: EgoPose | N
 def timing_msg(timing: StageTiming, msgs: Any) -> Any:
     """``InferenceTiming`` from a :class:`StageTiming`."""
     return msgs.InferenceTiming(
-        preprocess_ms=float(timing.preprocess_ms),
-        vision_ms=float(timing.vision_ms),
-        prefill_ms=float(timing.prefill_ms),
-        denoise_ms=float(timing.denoise_ms),
-        commit_ms=float(timing.commit_ms),
-        total_ms=float(timing.total_ms),
-        end_to_end_ms=float(timing.end_to_end_ms),
+        **{name: float(value) for name, value in timing.milliseconds().items()},
     )
 
 

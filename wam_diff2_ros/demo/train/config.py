@@ -5,13 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from wam_diff2_ros.core.tokens import ALL_SPECIAL_TOKEN_IDS, EOS_TOKEN_ID, MASK_TOKEN_ID
 from wam_diff2_ros.demo.tiny import (
     tiny_config,
 )
 
 BLOCK_SIZE = 32
-MASK_ID = 151671
-EOS_ID = 151645
+MASK_ID = MASK_TOKEN_ID
+EOS_ID = EOS_TOKEN_ID
 FULL_VOCAB_SIZE = 151936
 NUM_WAYPOINTS = 8
 WAYPOINT_DT = 0.5
@@ -28,7 +29,7 @@ IMAGE_SIZE = (960, 540)  # the sample bag's frame size
 IMAGE_SIZES = ((960, 540), (320, 180), (640, 480), (960, 540), (424, 240), (800, 600), (1280, 720), (640, 360))
 DRIVE_SECONDS = 25.0
 # Tokens every prompt / answer uses besides the ones found in the data (ChatML, vision, padding, mask, EOS).
-SPECIAL_IDS = (151643, 151644, 151645, 151652, 151653, 151655, 151656, 151671)
+SPECIAL_IDS = ALL_SPECIAL_TOKEN_IDS
 TRAIN_SEED, HELD_OUT_SEED = 1, 2
 TRAIN_DRIVE_SEEDS = tuple(range(10))  # seed 0 is the default sample bag's drive
 HELD_OUT_DRIVE_SEEDS = (1000, 1001, 1002)

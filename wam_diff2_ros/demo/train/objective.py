@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from wam_diff2_ros.core.model import multimodal_rope_index
+from wam_diff2_ros.core.tokens import IMAGE_TOKEN_ID, VISION_START_TOKEN_ID
 from wam_diff2_ros.demo.train.config import BLOCK_SIZE, FULL_VOCAB_SIZE, MASK_ID
 
 
@@ -65,8 +66,8 @@ def build_batch(
     row_of: np.ndarray,
     noise_levels: Sequence[Sequence[Sequence[float]]] | None = None,
     block_size: int = BLOCK_SIZE,
-    image_token_id: int = 151655,
-    vision_start_token_id: int = 151652,
+    image_token_id: int = IMAGE_TOKEN_ID,
+    vision_start_token_id: int = VISION_START_TOKEN_ID,
     spatial_merge_size: int = 2,
 ) -> TrainingBatch:
     """Lay out examples with their noisy response copies (`noisy[i][c]`, real ids, mask id where masked).

@@ -1,74 +1,64 @@
-"""`wam-diff2-bench`: measure the decoder stage by stage on a checkpoint (or a random 2B model) and print figures.
+"""Benchmark runs (`wam-diff2-bench`): the decoder measured stage by stage on a checkpoint or a random 2B model.
 
 Runs the NAVSIM planning prompt with synthetic camera frames through the same `Engine` the node uses, after
 warm-up iterations, and prints per-stage latency (preprocess, vision, prefill, denoise, commit, total:
 mean / p50 / p95), denoising steps per block, milliseconds per denoising forward, and peak device memory.
 `--random-2b` builds the real WAM-Diff2-B32-2B architecture with random weights directly on the device, so the
 speed of the full-size model can be measured without the checkpoint (its answers are meaningless, and a random
-model rarely stops early: use `--max_new_tokens` to fix the work per call).
+model rarely stops early: use `--max-new-tokens` to fix the work per call).
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
-import sys
 import time
 from collections.abc import Sequence
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """Command-line flags (decoding defaults: `DecodeConfig`'s)."""
-    parser = argparse.ArgumentParser(prog="wam-diff2-bench", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model_id", default="tiny", help="checkpoint dir, 'demo', or 'tiny' (a random tiny model)")
-    parser.add_argument("--random-2b", action="store_true", help="random weights in the real 2B architecture")
-    parser.add_argument("--text-layers", type=int, default=None, help="with --random-2b: fewer text layers")
-    parser.add_argument("--vision-layers", type=int, default=None, help="with --random-2b: fewer vision layers")
-    parser.add_argument("--device", default="auto")
-    parser.add_argument("--dtype", default="bfloat16")
-    parser.add_argument("--width", type=int, default=1920)
-    parser.add_argument("--height", type=int, default=1080)
-    parser.add_argument("--cameras", type=int, default=1, help="images per prompt")
-    parser.add_argument("--batch", type=int, default=1, help="prompts decoded together")
-    parser.add_argument(
-        "--engine",
-        action="append",
-        choices=("exact", "fast", "auto"),
-        default=None,
-        help="decoding engine; repeat to compare engines on the same inputs (default: auto)",
-    )
-    parser.add_argument("--no-cuda-graphs", action="store_true", help="fast engine on CUDA without graphs")
-    parser.add_argument("--max_new_tokens", type=int, default=None)
-    parser.add_argument("--block_size", type=int, default=None)
-    parser.add_argument("--denoising_steps", type=int, default=None)
-    parser.add_argument("--remasking_strategy", default=None)
-    parser.add_argument("--confidence_threshold", type=float, default=None)
-    parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--iterations", type=int, default=10)
-    parser.add_argument("--no-counters", action="store_true", help="skip the counted run (host reads, aten ops)")
-    parser.add_argument("--json", type=Path, default=None, help="also write the figures to this JSON file")
-    return parser
+@dataclass(frozen=True)
+class BenchSettings:
+    """What to measure and how often (the CLI's flags; a decoding field left None takes `DecodeConfig`'s)."""
+
+    model_id: str = "tiny"
+    random_2b: bool = False
+    text_layers: int | None = None
+    vision_layers: int | None = None
+    device: str = "auto"
+    dtype: str = "bfloat16"
+    width: int = 1920
+    height: int = 1080
+    cameras: int = 1
+    batch: int = 1
+    engine: tuple[str, ...] = ("auto",)
+    no_cuda_graphs: bool = False
+    max_new_tokens: int | None = None
+    block_size: int | None = None
+    denoising_steps: int | None = None
+    remasking_strategy: str | None = None
+    confidence_threshold: float | None = None
+    warmup: int = 2
+    iterations: int = 10
+    no_counters: bool = False
 
 
 def _percentile(values: Sequence[float], q: float) -> float:
     return float(np.percentile(np.asarray(values, dtype=float), q)) if values else float("nan")
 
 
-def load_engine(args: argparse.Namespace) -> Any:
+def load_engine(settings: BenchSettings) -> Any:
     """The engine to measure ('demo', 'tiny' or a checkpoint directory; --random-2b swaps in random 2B weights)."""
     from wam_diff2_ros.core.engine import Engine
     from wam_diff2_ros.demo import resolve_model
 
     engine = Engine.load(
-        resolve_model("tiny" if args.random_2b else args.model_id), device=args.device, dtype=args.dtype
+        resolve_model("tiny" if settings.random_2b else settings.model_id), device=settings.device, dtype=settings.dtype
     )
-    if args.random_2b:
-        engine = _swap_in_random_2b(engine, args.dtype, args.text_layers, args.vision_layers)
+    if settings.random_2b:
+        engine = _swap_in_random_2b(engine, settings.dtype, settings.text_layers, settings.vision_layers)
     return engine
 
 
@@ -101,11 +91,11 @@ def _swap_in_random_2b(engine: Any, dtype: str, text_layers: int | None, vision_
     return Engine(model.eval(), engine.processor, engine.checkpoint, engine.device)
 
 
-def _model_name(args: argparse.Namespace, engine: Any) -> str:
-    if not args.random_2b:
+def _model_name(settings: BenchSettings, engine: Any) -> str:
+    if not settings.random_2b:
         return engine.name
-    layers = f" ({args.text_layers or 28} text / {args.vision_layers or 24} vision layers)"
-    return "random-2b" + (layers if args.text_layers or args.vision_layers else "")
+    layers = f" ({settings.text_layers or 28} text / {settings.vision_layers or 24} vision layers)"
+    return "random-2b" + (layers if settings.text_layers or settings.vision_layers else "")
 
 
 def counted_run(engine: Any, conversations: list, decode: Any) -> dict[str, float]:
@@ -142,18 +132,18 @@ def counted_run(engine: Any, conversations: list, decode: Any) -> dict[str, floa
     }
 
 
-def measure_engine(engine: Any, conversations: list, decode: Any, args: argparse.Namespace) -> dict[str, Any]:
+def measure_engine(engine: Any, conversations: list, decode: Any, settings: BenchSettings) -> dict[str, Any]:
     """Warm up, time `iterations` calls, then count one call; the figures of one engine."""
     import resource
 
     import torch
 
-    for _ in range(args.warmup):
+    for _ in range(settings.warmup):
         engine.generate_conversations(conversations, decode)
     if engine.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(engine.device)
     rows = []
-    for _ in range(args.iterations):
+    for _ in range(settings.iterations):
         started = time.perf_counter()
         results = engine.generate_conversations(conversations, decode)
         rows.append((results, time.perf_counter() - started))
@@ -176,57 +166,59 @@ def measure_engine(engine: Any, conversations: list, decode: Any, args: argparse
         figures["peak_memory_mb"] = torch.cuda.max_memory_allocated(engine.device) / 2**20
     else:  # the process's resident high-water mark (never decreases: later engines include earlier ones)
         figures["peak_memory_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    if not args.no_counters:
+    if not settings.no_counters:
         figures.update(counted_run(engine, conversations, decode))
     figures["sequences"] = [g.sequence for g in rows[0][0]]
     figures["text"] = rows[0][0][0].text
     return figures
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
+def run(settings: BenchSettings) -> dict[str, Any]:
     """Measure every requested engine on the same inputs and return the figures."""
     from wam_diff2_ros.core.decoding import DecodeConfig
     from wam_diff2_ros.core.prompts import build_messages, build_planning_prompt
 
-    engine = load_engine(args)
+    engine = load_engine(settings)
     rng = np.random.default_rng(0)
-    frames = [rng.integers(0, 256, (args.height, args.width, 3), dtype=np.uint8) for _ in range(args.cameras)]
+    frames = [
+        rng.integers(0, 256, (settings.height, settings.width, 3), dtype=np.uint8) for _ in range(settings.cameras)
+    ]
     template = "navsim"
-    if args.cameras > 1:
+    if settings.cameras > 1:
         template = (
             "Cameras: "
-            + " ".join(["<image>"] * args.cameras)
+            + " ".join(["<image>"] * settings.cameras)
             + (
                 "\nThe navigation information is: {command}\nThe current velocity is: ({vx},{vy})"
                 " and current accelerate is: ({ax},{ay})\nPredict the next 8 waypoints."
             )
         )
-    prompt = build_planning_prompt("straight", (6.0, 0.0), (0.3, 0.0), template=template, num_images=args.cameras)
-    conversations = [build_messages(prompt, frames) for _ in range(args.batch)]
+    prompt = build_planning_prompt("straight", (6.0, 0.0), (0.3, 0.0), template=template, num_images=settings.cameras)
+    conversations = [build_messages(prompt, frames) for _ in range(settings.batch)]
     base = DecodeConfig().with_overrides(
-        max_new_tokens=args.max_new_tokens,
-        block_size=args.block_size,
-        denoising_steps=args.denoising_steps,
-        remasking_strategy=args.remasking_strategy,
-        confidence_threshold=args.confidence_threshold,
-        cuda_graphs=False if args.no_cuda_graphs else None,
+        max_new_tokens=settings.max_new_tokens,
+        block_size=settings.block_size,
+        denoising_steps=settings.denoising_steps,
+        remasking_strategy=settings.remasking_strategy,
+        confidence_threshold=settings.confidence_threshold,
+        cuda_graphs=False if settings.no_cuda_graphs else None,
     )
     first = engine.generate_conversations(conversations[:1], base.with_overrides(engine="exact"), padding_side="left")
     figures: dict[str, Any] = {
-        "model": _model_name(args, engine),
+        "model": _model_name(settings, engine),
         "device": str(engine.device),
         "dtype": str(engine.dtype).removeprefix("torch."),
-        "image": f"{args.width}x{args.height} x{args.cameras}",
-        "batch": args.batch,
+        "image": f"{settings.width}x{settings.height} x{settings.cameras}",
+        "batch": settings.batch,
         "prompt_tokens": first[0].num_prompt_tokens,
         "image_tokens": first[0].num_image_tokens,
         "max_new_tokens": base.max_new_tokens,
-        "iterations": args.iterations,
+        "iterations": settings.iterations,
         "torch_threads": __import__("torch").get_num_threads(),
         "engines": {},
     }
-    for name in args.engine or ["auto"]:
-        figures["engines"][name] = measure_engine(engine, conversations, base.with_overrides(engine=name), args)
+    for name in settings.engine:
+        figures["engines"][name] = measure_engine(engine, conversations, base.with_overrides(engine=name), settings)
     results = list(figures["engines"].values())
     figures["tokens_identical"] = all(
         r["sequences"] == results[0]["sequences"] and r["steps_per_block"] == results[0]["steps_per_block"]
@@ -237,55 +229,3 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         figures["speedup"] = exact["total_ms"] / fast["total_ms"]
         figures["denoise_speedup"] = exact["denoise_ms_per_step"] / fast["denoise_ms_per_step"]
     return figures
-
-
-def print_figures(figures: dict[str, Any]) -> None:
-    """Human-readable table, one column per engine."""
-    print(
-        f"model {figures['model']} on {figures['device']} ({figures['dtype']}, {figures['torch_threads']} threads), "
-        f"image {figures['image']}, batch {figures['batch']}, prompt {figures['prompt_tokens']} tokens "
-        f"({figures['image_tokens']} image), max_new_tokens {figures['max_new_tokens']}"
-    )
-    names = list(figures["engines"])
-    print(f"{'p50 ms':<24}" + "".join(f"{n:>14}" for n in names))
-    for stage in figures["engines"][names[0]]["stages_ms"]:
-        print(f"{stage:<24}" + "".join(f"{figures['engines'][n]['stages_ms'][stage]['p50']:>14.2f}" for n in names))
-    for key in (
-        "denoise_ms_per_step",
-        "steps_per_block_mean",
-        "host_syncs_per_step",
-        "host_syncs_per_block",
-        "ops_per_step",
-        "peak_memory_mb",
-    ):
-        if key in figures["engines"][names[0]]:
-            print(f"{key:<24}" + "".join(f"{figures['engines'][n][key]:>14.2f}" for n in names))
-    print("steps per block: " + "; ".join(f"{n} {figures['engines'][n]['steps_per_block']}" for n in names))
-    line = f"tokens identical: {figures['tokens_identical']}"
-    if "speedup" in figures:
-        line += f", speedup (total p50) {figures['speedup']:.2f}x, denoise per step {figures['denoise_speedup']:.2f}x"
-    print(line)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point; returns the exit code."""
-    args = build_parser().parse_args(argv)
-    if args.iterations < 1 or args.warmup < 0 or args.cameras < 1 or args.batch < 1:
-        print(
-            "wam-diff2-bench: error: need --iterations >= 1, --warmup >= 0, --cameras >= 1, --batch >= 1",
-            file=sys.stderr,
-        )
-        return 2
-    try:
-        figures = run(args)
-    except Exception as exc:
-        print(f"wam-diff2-bench: error: {exc}", file=sys.stderr)
-        return 1
-    print_figures(figures)
-    if args.json:
-        args.json.write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,33 @@
+"""Printing the figures of a benchmark run as a table, one column per engine."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def print_figures(figures: dict[str, Any]) -> None:
+    """Human-readable table, one column per engine."""
+    print(
+        f"model {figures['model']} on {figures['device']} ({figures['dtype']}, {figures['torch_threads']} threads), "
+        f"image {figures['image']}, batch {figures['batch']}, prompt {figures['prompt_tokens']} tokens "
+        f"({figures['image_tokens']} image), max_new_tokens {figures['max_new_tokens']}"
+    )
+    names = list(figures["engines"])
+    print(f"{'p50 ms':<24}" + "".join(f"{n:>14}" for n in names))
+    for stage in figures["engines"][names[0]]["stages_ms"]:
+        print(f"{stage:<24}" + "".join(f"{figures['engines'][n]['stages_ms'][stage]['p50']:>14.2f}" for n in names))
+    for key in (
+        "denoise_ms_per_step",
+        "steps_per_block_mean",
+        "host_syncs_per_step",
+        "host_syncs_per_block",
+        "ops_per_step",
+        "peak_memory_mb",
+    ):
+        if key in figures["engines"][names[0]]:
+            print(f"{key:<24}" + "".join(f"{figures['engines'][n][key]:>14.2f}" for n in names))
+    print("steps per block: " + "; ".join(f"{n} {figures['engines'][n]['steps_per_block']}" for n in names))
+    line = f"tokens identical: {figures['tokens_identical']}"
+    if "speedup" in figures:
+        line += f", speedup (total p50) {figures['speedup']:.2f}x, denoise per step {figures['denoise_speedup']:.2f}x"
+    print(line)

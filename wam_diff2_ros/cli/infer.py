@@ -1,0 +1,157 @@
+"""`wam-diff2-infer`: batch inference over a reference-format eval.json, like the reference's `gpu.py`.
+
+The flags are the reference's (users script against them: keep their spelling); their decoding and pixel
+defaults come from `DecodeConfig` and the processor. The work is `wam_diff2_ros.infer` (see its docstring
+for the output records, resume, sharding under torchrun and seeding).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from wam_diff2_ros.core.decoding import REMASKING_STRATEGIES, DecodeConfig
+from wam_diff2_ros.core.processor import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS
+from wam_diff2_ros.infer.batch import (
+    BatchOptions,
+    Shard,
+    device_for,
+    load_finished,
+    merge_shards,
+    run_samples,
+    write_json_atomic,
+)
+from wam_diff2_ros.infer.samples import LOG, UsageError, load_samples
+
+EXIT_USAGE = 2
+EXIT_FAILURE = 1
+_DECODE = DecodeConfig()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Command-line flags (the reference's, plus device/dtype/seed/resume/batching)."""
+    parser = argparse.ArgumentParser(
+        prog="wam-diff2-infer",
+        description="Block-diffusion inference of a WAM-Diff2 checkpoint over a reference-format eval.json.",
+    )
+    parser.add_argument("--model_id", required=True, help="checkpoint directory (config.json, *.safetensors, ...)")
+    parser.add_argument("--input_file", required=True, help="eval.json: a list of samples with conversations")
+    parser.add_argument("--output_file", required=True, help="where to write the predictions JSON")
+    parser.add_argument("--max_new_tokens", type=int, default=_DECODE.max_new_tokens)
+    parser.add_argument("--block_size", type=int, default=_DECODE.block_size, help="response block length")
+    parser.add_argument(
+        "--denoising_steps", type=int, default=_DECODE.denoising_steps, help="maximum denoising steps per block"
+    )
+    parser.add_argument("--temperature", type=float, default=_DECODE.temperature)
+    parser.add_argument("--top_k", type=int, default=_DECODE.top_k)
+    parser.add_argument("--top_p", type=float, default=_DECODE.top_p)
+    parser.add_argument(
+        "--remasking_strategy",
+        default=_DECODE.remasking_strategy,
+        choices=list(REMASKING_STRATEGIES),
+    )
+    parser.add_argument("--confidence_threshold", type=float, default=_DECODE.confidence_threshold)
+    parser.add_argument(
+        "--engine",
+        default=_DECODE.engine,
+        choices=["auto", "exact", "fast"],
+        help="decoding engine: exact (the reference's execution), fast (static cache, no host syncs inside a "
+        "block), auto = fast where proven identical (CPU float32), else exact",
+    )
+    parser.add_argument("--no_cuda_graphs", action="store_true", help="fast engine on CUDA without CUDA graphs")
+    parser.add_argument("--min_pixels", type=int, default=DEFAULT_MIN_PIXELS)
+    parser.add_argument("--max_pixels", type=int, default=DEFAULT_MAX_PIXELS)
+    parser.add_argument("--device", default="auto", help="auto | cpu | cuda[:N] | npu[:N] (default: auto)")
+    parser.add_argument("--dtype", default="bfloat16", help="bfloat16 | float16 | float32 (default: bfloat16)")
+    parser.add_argument("--seed", type=int, default=None, help="seed every decode call (sampling reproducible)")
+    parser.add_argument("--resume", action="store_true", help="keep finished samples of an existing output file")
+    parser.add_argument("--batch_size", type=int, default=1, help="samples decoded together (default 1)")
+    parser.add_argument("--padding_side", default="left", choices=["left", "right"], help="batch padding side")
+    parser.add_argument("--save_every", type=int, default=10, help="rewrite the output every N samples")
+    parser.add_argument("--no_progress", action="store_true", help="no progress bar")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of `wam-diff2-infer`; returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
+    input_path = Path(args.input_file).expanduser().absolute()
+    output_path = Path(args.output_file).expanduser()
+    try:
+        samples = load_samples(input_path)
+        if args.batch_size < 1 or args.save_every < 1:
+            raise UsageError("--batch_size and --save_every must be >= 1")
+        from wam_diff2_ros.core.decoding import DecodeConfigError
+
+        try:
+            decode = DecodeConfig(
+                max_new_tokens=args.max_new_tokens,
+                block_size=args.block_size,
+                denoising_steps=args.denoising_steps,
+                temperature=args.temperature,
+                top_k=args.top_k,
+                top_p=args.top_p,
+                remasking_strategy=args.remasking_strategy,
+                confidence_threshold=args.confidence_threshold,
+                seed=args.seed,
+                engine=args.engine,
+                cuda_graphs=not args.no_cuda_graphs,
+            )
+        except DecodeConfigError as exc:
+            raise UsageError(str(exc)) from None
+        shard = Shard.from_env(len(samples))
+        final = shard.world_size <= 1
+        target = output_path if final else shard.path_for(output_path)
+        done = load_finished(output_path) if args.resume else {}
+    except UsageError as exc:
+        print(f"wam-diff2-infer: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+    from wam_diff2_ros.core.checkpoint import CheckpointError
+    from wam_diff2_ros.core.engine import Engine
+    from wam_diff2_ros.demo import resolve_model
+
+    try:
+        engine = Engine.load(
+            resolve_model(args.model_id),
+            device=device_for(args.device, shard),
+            dtype=args.dtype,
+            min_pixels=args.min_pixels,
+            max_pixels=args.max_pixels,
+        )
+    except (CheckpointError, RuntimeError, ValueError) as exc:
+        print(f"wam-diff2-infer: error: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    LOG.info(
+        "rank %d/%d: %s on %s (%s), samples %d..%d",
+        shard.rank,
+        shard.world_size,
+        engine.name,
+        engine.device,
+        str(engine.dtype).removeprefix("torch."),
+        shard.start,
+        shard.end - 1,
+    )
+    options = BatchOptions(args.batch_size, args.padding_side, args.save_every, args.no_progress)
+    mine = list(enumerate(samples))[shard.start : shard.end]
+    records = run_samples(
+        engine, mine, input_path.parent, decode, options, done, lambda rows: write_json_atomic(target, rows)
+    )
+    write_json_atomic(target, records)
+    if not final:
+        if shard.rank != 0:
+            return 0
+        records = merge_shards(output_path, shard, len(samples))
+        write_json_atomic(output_path, records)
+    failed = sum(1 for r in records if "error" in r)
+    LOG.info("wrote %s: %d predicted, %d failed", output_path, len(records) - failed, failed)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,1 +1,0 @@
-"""Command-line tools: batch inference, tiny checkpoints, bag replay, benchmarks."""
