@@ -13,10 +13,10 @@ echo "== ruff"
 .venv/bin/ruff format --check .
 
 echo "== pytest (transformers $(.venv/bin/python -c 'import transformers; print(transformers.__version__)'))"
-.venv/bin/python -m pytest -q "$@"
+.venv/bin/python -m pytest -q --durations=25 "$@"
 
 # The core tests are the files marked `pytestmark = pytest.mark.core` (ROS-free: test/test_layers.py checks that).
 # Only those files are collected here, since .venv-tf457 has no ROS to import the others with.
 mapfile -t CORE_TESTS < <(grep -l '^pytestmark = pytest.mark.core' test/test_*.py)
 echo "== pytest core: ${#CORE_TESTS[@]} files (transformers $(.venv-tf457/bin/python -c 'import transformers; print(transformers.__version__)'))"
-.venv-tf457/bin/python -m pytest -q -p no:cacheprovider -m core "${CORE_TESTS[@]}"
+.venv-tf457/bin/python -m pytest -q -p no:cacheprovider --durations=15 -m core "${CORE_TESTS[@]}"
