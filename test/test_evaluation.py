@@ -289,3 +289,23 @@ def test_plots_produce_non_empty_pngs(tmp_path):
 def test_plot_bev_needs_predictions_inside_the_track(tmp_path):
     with pytest.raises(ValueError, match="inside the ego track"):
         plot_bev([PlanRecord(0, True, np.zeros((8, 2)))], straight_track(), tmp_path / "x.png")
+
+
+def test_invalid_plans_are_counted_by_the_kind_of_their_reason():
+    track = straight_track()
+    plans = [
+        {"stamp_ns": T0 + k * NS, "valid": False, "waypoints": None, "reason": reason}
+        for k, reason in enumerate(
+            [
+                "lateral acceleration rule: heading turns 31° by waypoint 5 at 12.3 m/s = 13.1 m/s², above 8 m/s²",
+                "lateral acceleration rule: heading turns 27° by waypoint 4 at 9.8 m/s = 9.2 m/s², above 8 m/s²",
+                "backward rule: waypoint 3 goes 4.4 m backwards",
+            ],
+            start=1,
+        )
+    ]
+    plans.append({"stamp_ns": T0 + 5 * NS, "valid": False, "waypoints": None})  # no reason recorded
+    reasons = compute_metrics(plans, track)["invalid_reasons"]
+    assert sorted(reasons.values()) == [1, 1, 2]
+    assert any(kind.startswith("lateral acceleration rule") and count == 2 for kind, count in reasons.items())
+    assert reasons["plan marked invalid"] == 1

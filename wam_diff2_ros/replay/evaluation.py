@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from wam_diff2_ros.core.samples import problem_kind
 from wam_diff2_ros.core.units import NS_PER_S
 from wam_diff2_ros.ros.conversions import odometry_track_point
 
@@ -150,7 +151,7 @@ def _wrap(angle: float) -> float:
 @dataclass(frozen=True)
 class PlanRecord:
     """One planning instant: the plan's stamp, whether it is valid, its waypoints (N x 2, ego
-    frame at the stamp), and optionally latency (s), command text and ego speed (m/s)."""
+    frame at the stamp), and optionally latency (s), command text, ego speed (m/s) and why it is invalid."""
 
     stamp_ns: int
     valid: bool
@@ -158,6 +159,7 @@ class PlanRecord:
     latency_s: float | None = None
     command: str | None = None
     speed: float | None = None
+    reason: str | None = None
 
     @staticmethod
     def coerce(item: PlanRecord | Mapping[str, Any]) -> PlanRecord:
@@ -174,13 +176,14 @@ class PlanRecord:
             latency_s=None if item.get("latency_s") is None else float(item["latency_s"]),
             command=item.get("command"),
             speed=None if item.get("speed") is None else float(item["speed"]),
+            reason=item.get("reason") or None,
         )
 
 
 def usable_waypoints(plan: PlanRecord, count: int) -> tuple[np.ndarray | None, str | None]:
     """The plan's waypoints if it is valid and well formed, else None and the reason."""
-    if not plan.valid:
-        return None, "plan marked invalid"
+    if not plan.valid:  # counted by the kind of reason (numbers removed), e.g. the kinematic rule that failed
+        return None, problem_kind(plan.reason) if plan.reason else "plan marked invalid"
     if plan.waypoints is None:
         return None, "no waypoints"
     wp = np.asarray(plan.waypoints, float)
