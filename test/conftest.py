@@ -300,14 +300,19 @@ class RosProcess:
 
     def stop(self, timeout: float = 5.0) -> int:
         """SIGINT (what Ctrl-C / ros2 launch send), then SIGKILL after ``timeout``; return exit code."""
-        if self.popen.poll() is None:
-            self.popen.send_signal(signal.SIGINT)
-            try:
-                self.popen.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait(timeout)
-        return self.popen.returncode
+        return stop_process(self.popen, timeout)
+
+
+def stop_process(popen: subprocess.Popen, timeout: float) -> int:
+    """Stop a child as Ctrl-C / ``ros2 launch`` do: SIGINT, then SIGKILL after ``timeout``; its exit code."""
+    if popen.poll() is None:
+        popen.send_signal(signal.SIGINT)
+        try:
+            popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            popen.kill()
+            popen.wait(timeout)
+    return popen.returncode
 
 
 @pytest.fixture

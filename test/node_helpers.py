@@ -412,17 +412,9 @@ class NodeProcess:
 
     def stop(self, timeout: float = 10.0) -> int:
         """SIGINT, then SIGKILL; the exit code."""
-        import signal
-        import subprocess
+        from conftest import stop_process
 
-        if self.popen.poll() is None:
-            self.popen.send_signal(signal.SIGINT)
-            try:
-                self.popen.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait(timeout)
-        return self.popen.returncode
+        return stop_process(self.popen, timeout)
 
 
 class Harness:
