@@ -565,3 +565,13 @@ def test_dataclasses_are_frozen():
     detection = Detection("car", 0, 0, 1, 1, None)
     with pytest.raises(AttributeError):
         detection.label = "bus"  # type: ignore[misc]
+
+
+def test_a_fence_inside_a_label_is_not_an_opening_fence():
+    """Found by hypothesis: a label "```" made the whole answer parse differently from its truncations."""
+    text = '[{"bbox_2d": [10, 20, 300, 400], "label": "car"}, {"bbox_2d": [1, 2, 3, 4], "label": "```"}]'
+    full = parse_detections(text, 1000, 1000)
+    assert [d.label for d in full.detections] == ["car", "```"]
+    for cut in range(len(text) + 1):
+        prefix = parse_detections(text[:cut], 1000, 1000)
+        assert prefix.detections == full.detections[: len(prefix.detections)]

@@ -274,9 +274,15 @@ _MAX_SKIP_REASONS = 3
 
 
 def _strip_fence(text: str) -> str:
-    """The body of the first ``` fence (up to the closing fence or the end), else the text itself."""
+    """The body of the first ``` fence (up to the closing fence or the end), else the text itself.
+
+    A ``` after the JSON has begun (e.g. inside a label) opens no fence: otherwise a truncated answer, cut
+    before that label, would be read differently from the whole answer."""
     opening = _FENCE_RE.search(text)
     if opening is None:
+        return text
+    json_start = [i for i in (text.find("["), text.find("{")) if i != -1]
+    if json_start and min(json_start) < opening.start():
         return text
     closing = text.find("```", opening.end())
     return text[opening.end() :] if closing == -1 else text[opening.end() : closing]
