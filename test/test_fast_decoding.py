@@ -113,6 +113,34 @@ def test_masked_row_output_layer_is_bitwise_the_full_one():
         assert torch.equal(torch.nn.functional.linear(hidden[picked], weight)[:count], full[rows]), count
 
 
+@pytest.mark.parametrize(("vocab", "width"), [(151_936, 256), (8_192, 2048)])
+def test_transposed_output_weights_give_every_row_the_same_bits(vocab, width):
+    """The fast engine's CPU output layer ([D, V] weight copy) against `lm_head` on the rows it computes."""
+    generator = torch.Generator().manual_seed(vocab)
+    weight = torch.randn(vocab, width, generator=generator) * 0.05
+    hidden = torch.randn(96, width, generator=generator)
+    full = torch.nn.functional.linear(hidden, weight)
+    transposed = weight.t().contiguous()
+    for count in range(4, 97, 4):
+        rows = torch.randperm(96, generator=generator)[:count]
+        assert torch.equal(hidden[rows] @ transposed, full[rows]), count
+
+
+def test_backbone_output_layer_copy_follows_the_weights(tiny):
+    backbone = tiny[0]
+    head = backbone.model.lm_head
+    hidden = torch.randn(1, 8, head.weight.shape[1], generator=torch.Generator().manual_seed(3))
+    assert torch.equal(backbone.output_logits(hidden, transposed_weights=True), head(hidden))
+    original = head.weight.detach().clone()
+    try:
+        with torch.no_grad():
+            head.weight.mul_(2.0)  # an in-place change must not leave a stale copy behind
+        assert torch.equal(backbone.output_logits(hidden, transposed_weights=True), head(hidden))
+    finally:
+        with torch.no_grad():
+            head.weight.copy_(original)
+
+
 def test_engine_choice():
     assert resolve_engine("auto", torch.device("cpu"), torch.float32) == "fast"
     assert resolve_engine("auto", torch.device("cpu"), torch.bfloat16) == "exact"

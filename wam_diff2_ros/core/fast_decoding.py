@@ -11,7 +11,9 @@
   still-masked rows only. MKL's float32 GEMM gives a row the same bits whatever the row count as long as
   that count is a multiple of 4 (rows 1-3 and, with 2 threads, 5-7 and 9-11 take another kernel: measured on
   this CPU), so the masked rows are padded to a multiple of 4, and all rows are computed when that would not
-  save anything or the block's own row count is not a multiple of 4.
+  save anything or the block's own row count is not a multiple of 4. On CPU the output layer also reads a
+  [D, V] copy of its weights (`output_logits(transposed_weights=True)`): MKL runs few rows about 1.5x faster
+  from that layout, with the same bits per row (measured on 256/1024/2048-wide weights, 4 to 96 rows).
 - One device->host read per step (`open_rows`; on CPU the `nonzero` that also gives the masked rows).
 - CUDA graphs (CUDA only, `cuda_graphs`): the block forward + output layer is captured once per (batch,
   block size, capacity bucket of 256 tokens) and replayed; the attention then spans the whole bucket with
@@ -131,7 +133,7 @@ class FastRunner:
                 return logits
         self.cache.place(block_start, length)
         hidden = self.backbone.step_hidden(tokens, positions, mask, self.cache)
-        return self.backbone.output_logits(hidden)
+        return self.backbone.output_logits(hidden, transposed_weights=self.row_logits)
 
     def propose(self, tokens, positions, mask, block_start: int, rows: Any, config: DecodeConfig, generator):
         """Per position a proposal and its probability; on CPU the output layer runs on masked rows only."""
@@ -149,7 +151,8 @@ class FastRunner:
         hidden = self.backbone.step_hidden(tokens, positions, mask, self.cache).reshape(total, -1)
         count = rows.numel()
         picked = rows if padded == count else torch.cat([rows, rows[:1].expand(padded - count)])
-        logits = self.backbone.output_logits(hidden.index_select(0, picked))[:count].unsqueeze(0)
+        logits = self.backbone.output_logits(hidden.index_select(0, picked), transposed_weights=True)[:count]
+        logits = logits.unsqueeze(0)
         chosen = None if uniform is None else uniform.index_select(0, rows)
         sampled, probs = sample_tokens(logits, config.temperature, config.top_k, config.top_p, uniform=chosen)
         proposal = tokens.reshape(-1).index_copy(0, rows, sampled.reshape(-1).to(tokens.dtype))
