@@ -10,6 +10,7 @@ from typing import Any
 
 from wam_diff2_ros.core.checkpoint import release_device_cache
 from wam_diff2_ros.core.planning import EngineLike
+from wam_diff2_ros.core.prompts import build_planning_prompt
 
 from .diagnostics import NodeHealth
 from .params import NodeConfig
@@ -53,18 +54,24 @@ class ModelSlot:
         return True
 
     def _warmup(self, engine: EngineLike, config: NodeConfig) -> None:
+        """One plan as the node asks for it (template, cameras, decoding budget) on gray frames of
+        ``model.warmup_image_size``: the real plans then find lazy state initialised and, with the fast engine
+        on CUDA, the step graphs of their batch, block and cache bucket captured."""
         import numpy as np
 
+        width, height = config.warmup_image_size
+        frames = [np.full((height, width, 3), 128, dtype=np.uint8) for _ in config.cameras]
         started = time.perf_counter()
         try:
-            engine.generate(
-                "<image>Describe the scene.",
-                [np.full((224, 224, 3), 128, dtype=np.uint8)],
-                decode=config.decode.with_overrides(max_new_tokens=config.decode.block_size),
+            prompt = build_planning_prompt(
+                "straight", (0.0, 0.0), (0.0, 0.0), template=config.template, num_images=len(frames)
             )
-            self._logger.info(f"warm-up decode took {time.perf_counter() - started:.1f} s")
+            engine.generate(prompt, frames, decode=config.decode, system=config.system)
+            self._logger.info(
+                f"warm-up plan ({len(frames)} x {width}x{height}) took {time.perf_counter() - started:.1f} s"
+            )
         except Exception as exc:
-            self._logger.warning(f"warm-up decode failed: {exc}")
+            self._logger.warning(f"warm-up plan failed: {exc}")
 
     def close(self) -> None:
         """Unload the engine (``engine.close()``)."""

@@ -45,6 +45,7 @@ class NodeConfig:
     max_pixels: int
     unload_on_deactivate: bool
     warmup: bool
+    warmup_image_size: tuple[int, int]
     decode: DecodeConfig
     template: str
     system: str | None

@@ -300,6 +300,10 @@ class _Reader:
         max_pixels = self.integer("model.max_pixels", 1)
         if max_pixels < min_pixels:
             self.fail("model.max_pixels", f"{max_pixels} is smaller than model.min_pixels {min_pixels}")
+        warmup_size = self.numbers("model.warmup_image_size")
+        if len(warmup_size) != 2 or not all(v >= 1 and v.is_integer() for v in warmup_size):
+            self.fail("model.warmup_image_size", f"needs [width, height] in whole pixels >= 1, got {warmup_size}")
+            warmup_size = [float(v) for v in SPEC_BY_NAME["model.warmup_image_size"].default]
         decode = self._decode()
         cameras = self._cameras()
         template = self._template(cameras)
@@ -400,6 +404,7 @@ class _Reader:
             max_pixels=max_pixels,
             unload_on_deactivate=self.boolean("model.unload_on_deactivate"),
             warmup=self.boolean("model.warmup"),
+            warmup_image_size=(int(warmup_size[0]), int(warmup_size[1])),
             decode=decode,
             template=template,
             system=system_text or None,

@@ -89,7 +89,16 @@ PARAMETER_SPECS: tuple[ParameterSpec, ...] = (
     ParameterSpec("model.max_pixels", DEFAULT_MAX_PIXELS, "largest image area after the processor's resize"),
     ParameterSpec("model.unload_on_deactivate", False, "deactivate also unloads the model (activate reloads it)"),
     ParameterSpec(
-        "model.warmup", False, "run one short decode at configure so the first plan is not slowed by lazy init"
+        "model.warmup",
+        False,
+        "run one plan on gray frames at configure so the first real plan is not slowed by lazy initialisation "
+        "(and, with the fast engine on CUDA, finds its CUDA graphs captured)",
+    ),
+    ParameterSpec(
+        "model.warmup_image_size",
+        [1920, 1080],
+        "[width, height] of the warm-up's gray frames (one per camera): your cameras' size, so the warm-up "
+        "plan has the real plans' prompt length and KV-cache bucket",
     ),
     ParameterSpec(
         "decoding.max_new_tokens",

@@ -1,0 +1,56 @@
+"""The node's warm-up plan (ros.model_slot) on a real tiny engine: shaped as the real plans it precedes."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+from core_helpers import tiny_checkpoint
+
+from wam_diff2_ros.core.engine import Engine
+from wam_diff2_ros.core.fast_decoding import capacity_bucket
+from wam_diff2_ros.core.prompts import build_planning_prompt
+from wam_diff2_ros.ros.diagnostics import NodeHealth
+from wam_diff2_ros.ros.model_slot import ModelSlot
+from wam_diff2_ros.ros.params import NodeConfig, ParameterError
+
+
+class RecordingEngine:
+    """A real engine whose generations are kept (what the warm-up produced)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.name = engine.name
+        self.generations: list = []
+
+    def generate(self, prompt, images=(), decode=None, system=None):
+        generation = self.engine.generate(prompt, images, decode=decode, system=system)
+        self.generations.append(generation)
+        return generation
+
+
+def test_warmup_plan_has_the_prompt_length_and_cache_bucket_of_a_real_plan() -> None:
+    engine = RecordingEngine(Engine.load(tiny_checkpoint(seed=1), device="cpu", dtype="float32"))
+    config = NodeConfig.from_parameters(
+        {"model.warmup": True, "model.warmup_image_size": [96, 64], "decoding.max_new_tokens": 64},
+        require_model=False,
+    )
+    slot = ModelSlot(NodeHealth("warmup-test"), logging.getLogger("warmup-test"), lambda: None)
+    slot._warmup(engine, config)
+    (warmup,) = engine.generations
+
+    camera = np.random.default_rng(0).integers(0, 256, (64, 96, 3), dtype=np.uint8)
+    prompt = build_planning_prompt("left", (7.25, -0.5), (0.4, 0.1), template=config.template, num_images=1)
+    real = engine.engine.generate(prompt, [camera], decode=config.decode)
+
+    assert warmup.num_image_tokens == real.num_image_tokens > 0
+    assert abs(warmup.num_prompt_tokens - real.num_prompt_tokens) < 16  # only the numbers differ
+    budget = config.decode.num_blocks * config.decode.block_size
+    assert capacity_bucket(warmup.num_prompt_tokens + budget) == capacity_bucket(real.num_prompt_tokens + budget)
+
+
+@pytest.mark.parametrize("size", [[1920], [0, 1080], [1920.5, 1080], [1920, 1080, 3]])
+def test_warmup_image_size_must_be_two_whole_pixel_counts(size) -> None:
+    with pytest.raises(ParameterError, match=r"model\.warmup_image_size"):
+        NodeConfig.from_parameters({"model.warmup_image_size": size}, require_model=False)
