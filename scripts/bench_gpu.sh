@@ -1,21 +1,44 @@
 #!/usr/bin/env bash
-# Exact vs fast engine on a GPU: the full WAM-Diff2 2B architecture (random weights), bfloat16, one 1920x1080
-# image (1980 visual tokens), default decoding; prints the comparison table and writes bench_gpu*.json.
+# The fast engine's GPU checks in one short run (GPU time is scarce); prints everything and writes JSON to $OUT.
 #
-#   scripts/bench_gpu.sh              on a CUDA machine (installs a CUDA torch into .venv if torch has no CUDA)
-#   BENCH_GPU_TINY=1 scripts/bench_gpu.sh   the same commands on the tiny model on CPU (checks the script)
+#   scripts/bench_gpu.sh                    on a CUDA machine (installs a CUDA torch into .venv if torch has none)
+#   BENCH_GPU_TINY=1 scripts/bench_gpu.sh   the same steps on the tiny/demo models on CPU (checks the script)
 #
-# Environment: PYTHON (default .venv/bin/python), OUT (default .), CUDA_TORCH_SPEC (default
-# "torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128"), ITERATIONS (default 10).
-set -euo pipefail
+# Steps (a failing step is reported and the next one still runs; the exit status is 1 if any failed):
+#   1. wam-diff2-bench on the full WAM-Diff2 2B architecture (random weights), bfloat16, one 1920x1080 image
+#      (1980 visual tokens), default decoding: exact vs fast (CUDA graphs) in one run
+#   2. test/test_fast_decoding_cuda.py: fast == exact tokens in float32 on CUDA, with and without CUDA graphs
+#   3. scripts/engine_agreement.py: demo model, bfloat16, 24 varied plans: identical sequences / total
+#   4. the benchmark of step 1 with the fast engine without CUDA graphs
+#
+# Environment: PYTHON (default .venv/bin/python, else python3), OUT (default .), ITERATIONS (default 5),
+# CUDA_TORCH_SPEC (default "torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128").
+set -uo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-.venv/bin/python}
+[ -x "$PYTHON" ] || PYTHON=python3
 OUT=${OUT:-.}
-ITERATIONS=${ITERATIONS:-10}
+ITERATIONS=${ITERATIONS:-5}
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+mkdir -p "$OUT"
+failed=()
+
+step() {  # step NAME SECONDS COMMAND...: run (at most SECONDS), time and report; a failure does not stop the others
+  local name=$1 limit=$2 started=$SECONDS
+  shift 2
+  echo "== $name"
+  if timeout "$limit" "$@"; then
+    echo "-- $name: ok ($((SECONDS - started)) s)"
+  else
+    echo "-- $name: FAILED with status $? ($((SECONDS - started)) s)"
+    failed+=("$name")
+  fi
+}
 
 if [ "${BENCH_GPU_TINY:-0}" = 1 ]; then
-  common=(--model-id tiny --device cpu --dtype float32 --width 64 --height 64 --max-new-tokens 20 --block-size 8)
-  common+=(--warmup 0 --iterations 1)
+  device=cpu agreement_dtype=float32 prompts=2
+  bench=(--model-id tiny --device cpu --dtype float32 --width 64 --height 64 --max-new-tokens 20 --block-size 8)
+  bench+=(--warmup 0 --iterations 1)
 else
   if ! "$PYTHON" -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)"; then
     if ! command -v nvidia-smi >/dev/null; then
@@ -26,12 +49,25 @@ else
     "$PYTHON" -m pip install --quiet ${CUDA_TORCH_SPEC:-torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128}
   fi
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
-  common=(--random-2b --device cuda --dtype bfloat16 --width 1920 --height 1080 --warmup 3)
-  common+=(--iterations "$ITERATIONS")
+  device=cuda agreement_dtype=bfloat16 prompts=24
+  bench=(--random-2b --device cuda --dtype bfloat16 --width 1920 --height 1080 --warmup 3 --iterations "$ITERATIONS")
 fi
+"$PYTHON" -c "import sys, torch, transformers; print('python', sys.version.split()[0], 'torch', torch.__version__,
+'transformers', transformers.__version__, 'cuda', torch.version.cuda)"
 
-echo "== exact vs fast (CUDA graphs where available) =="
-"$PYTHON" -m wam_diff2_ros.cli.bench "${common[@]}" --engine exact --engine fast --json "$OUT/bench_gpu.json"
-echo "== fast without CUDA graphs =="
-"$PYTHON" -m wam_diff2_ros.cli.bench "${common[@]}" --engine fast --no-cuda-graphs --no-counters \
+# the figures first: if time runs out, the later checks are what is lost
+step "exact vs fast (CUDA graphs where available)" 240 \
+  "$PYTHON" -m wam_diff2_ros.cli.bench "${bench[@]}" --engine exact --engine fast --json "$OUT/bench_gpu.json"
+step "fast == exact on CUDA, float32 (skipped without CUDA)" 120 \
+  "$PYTHON" -m pytest -q -p no:cacheprovider -x test/test_fast_decoding_cuda.py
+step "demo model agreement, $agreement_dtype" 90 \
+  "$PYTHON" scripts/engine_agreement.py --model demo --device "$device" --dtype "$agreement_dtype" \
+  --prompts "$prompts" --json "$OUT/agreement.json"
+step "fast without CUDA graphs" 90 \
+  "$PYTHON" -m wam_diff2_ros.cli.bench "${bench[@]}" --engine fast --no-cuda-graphs --no-counters \
   --json "$OUT/bench_gpu_nographs.json"
+
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "bench_gpu.sh: failed steps: ${failed[*]}"
+  exit 1
+fi

@@ -1,0 +1,112 @@
+"""The fast engine on CUDA (float32): the exact engine's tokens and step counts, with and without CUDA graphs.
+
+Skipped without a CUDA device (CI has none); `scripts/bench_gpu.sh` runs this file on the GPU machine. The
+grid is test_fast_decoding.py's (strategies, block sizes 4/8/32, fewer/equal/more denoising steps, batch 1
+and 3 with left and right padding, one and two images, seeded sampling).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from core_helpers import noise_image, tiny_checkpoint
+from test_fast_decoding import GRID
+
+from wam_diff2_ros.core.checkpoint import inspect_checkpoint, load_model, load_processor
+from wam_diff2_ros.core.decoding import DecodeConfig, block_diffusion_decode
+from wam_diff2_ros.core.host_reads import count_host_reads
+from wam_diff2_ros.core.model import BlockDiffusionBackbone
+from wam_diff2_ros.core.prompts import build_messages
+
+pytestmark = [
+    pytest.mark.core,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
+
+CUDA = torch.device("cuda")
+
+
+@pytest.fixture(scope="module")
+def tiny_cuda():
+    info = inspect_checkpoint(tiny_checkpoint(seed=1))
+    model = load_model(info, CUDA, torch.float32)
+    conversations = [
+        build_messages("Front view: <image>\nThe navigation information is: left", [noise_image(64, 64)]),
+        build_messages(
+            "Describe the scene <image> " + "in a good many more words than the other prompts do " * 6,
+            [noise_image(96, 64, 1)],
+        ),
+        build_messages("Two cameras <image> and <image> straight", [noise_image(64, 96, 2), noise_image(64, 64, 3)]),
+    ]
+    return BlockDiffusionBackbone(model, synchronize=torch.cuda.synchronize), load_processor(info), conversations
+
+
+def decode(backbone, inputs, config):
+    inputs = inputs.to(CUDA)
+    with torch.inference_mode():  # as the engine decodes
+        return block_diffusion_decode(
+            backbone, inputs.input_ids, inputs.attention_mask, inputs.pixel_values, inputs.image_grid_thw, config
+        )
+
+
+def assert_engines_agree(backbone, inputs, config):
+    exact = decode(backbone, inputs, config.with_overrides(engine="exact"))
+    for graphs in (False, True):
+        fast = decode(backbone, inputs, config.with_overrides(engine="fast", cuda_graphs=graphs))
+        assert fast.sequences.tolist() == exact.sequences.tolist(), f"cuda_graphs={graphs}"
+        assert fast.steps_per_block == exact.steps_per_block, f"cuda_graphs={graphs}"
+        assert fast.finished == exact.finished
+
+
+def inputs_for(processor, conversations, layout):
+    batch = conversations[:1] if layout == "single" else conversations
+    return processor(batch, padding_side="left" if layout == "single" else layout)
+
+
+@pytest.mark.parametrize(("strategy", "block_size", "steps", "layout"), GRID)
+def test_fast_equals_exact_greedy_on_cuda(tiny_cuda, strategy, block_size, steps, layout):
+    backbone, processor, conversations = tiny_cuda
+    config = DecodeConfig(
+        max_new_tokens=block_size + 3, block_size=block_size, denoising_steps=steps, remasking_strategy=strategy
+    )
+    assert_engines_agree(backbone, inputs_for(processor, conversations, layout), config)
+
+
+@pytest.mark.parametrize(
+    ("strategy", "temperature", "top_k", "top_p", "layout"),
+    [
+        ("low_confidence_dynamic", 0.8, 50, 1.0, "left"),
+        ("low_confidence_static", 1.0, 0, 0.9, "right"),
+        ("sequential", 0.7, 0, 0.8, "single"),
+    ],
+)
+def test_fast_equals_exact_seeded_sampling_on_cuda(tiny_cuda, strategy, temperature, top_k, top_p, layout):
+    backbone, processor, conversations = tiny_cuda
+    config = DecodeConfig(
+        max_new_tokens=20, block_size=8, denoising_steps=6, remasking_strategy=strategy,
+        temperature=temperature, top_k=top_k, top_p=top_p, seed=5,
+    )  # fmt: skip
+    assert_engines_agree(backbone, inputs_for(processor, conversations, layout), config)
+
+
+def test_graph_replays_read_the_device_at_most_once_per_step(tiny_cuda):
+    backbone, processor, conversations = tiny_cuda
+    inputs = processor(conversations, padding_side="left").to(CUDA)
+    config = DecodeConfig(max_new_tokens=40, block_size=8, engine="fast")
+    decode(backbone, inputs, config)  # captures
+    step_phases = []
+
+    with count_host_reads() as counter, torch.inference_mode():
+
+        def observe(phase):
+            counter.phase = phase
+            step_phases.append(phase == "step")
+
+        out = block_diffusion_decode(
+            backbone, inputs.input_ids, inputs.attention_mask, inputs.pixel_values, inputs.image_grid_thw, config,
+            observe=observe,
+        )  # fmt: skip
+    assert backbone._cuda_graph_steps.enabled and backbone._cuda_graph_steps.graphs  # replays, not the fallback
+    assert sum(out.steps_per_block) >= 4
+    assert counter.by_phase["step"] <= sum(step_phases)  # one read per denoising iteration at most
+    assert counter.by_phase.get("block", 0) <= len(out.steps_per_block)
