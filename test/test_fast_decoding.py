@@ -144,6 +144,8 @@ def test_backbone_output_layer_copy_follows_the_weights(tiny):
 def test_engine_choice():
     assert resolve_engine("auto", torch.device("cpu"), torch.float32) == "fast"
     assert resolve_engine("auto", torch.device("cpu"), torch.bfloat16) == "exact"
+    assert resolve_engine("auto", torch.device("cuda"), torch.bfloat16) == "fast"
+    assert resolve_engine("auto", torch.device("cuda"), torch.float16) == "exact"  # never compared
     assert resolve_engine("exact", torch.device("cpu"), torch.float32) == "exact"
     with pytest.raises(DecodeConfigError, match="engine must be one of"):
         DecodeConfig(engine="turbo")

@@ -59,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=_DECODE.engine,
         choices=["auto", "exact", "fast"],
         help="decoding engine: exact (the reference's execution), fast (static cache, no host syncs inside a "
-        "block), auto = fast where proven identical (CPU float32), else exact",
+        "block), auto = fast where shown token-identical (CPU float32, CUDA float32/bfloat16), else exact",
     )
     parser.add_argument("--no_cuda_graphs", action="store_true", help="fast engine on CUDA without CUDA graphs")
     parser.add_argument("--min_pixels", type=int, default=DEFAULT_MIN_PIXELS)
