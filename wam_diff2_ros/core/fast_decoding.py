@@ -16,9 +16,10 @@
   from that layout, with the same bits per row (measured on 256/1024/2048-wide weights, 4 to 96 rows).
 - One device->host read per step (`open_rows`; on CPU the `nonzero` that also gives the masked rows).
 - CUDA graphs (CUDA only, `cuda_graphs`): the block forward + output layer is captured once per (batch,
-  block size, capacity bucket of 256 tokens) and replayed; the attention then spans the whole bucket with
-  the unused slots masked out, which changes the reduction length, so identical tokens are not guaranteed
-  there. Capture failures fall back to eager steps with a log line.
+  block size, capacity bucket of 256 tokens) and replayed for every denoising step and for the commit (whose
+  logits go unread); the attention then spans the whole bucket with the unused slots masked out, which
+  changes the reduction length, so identical tokens are not guaranteed there in principle (measured
+  identical on an H200: README). Capture failures fall back to eager steps with a log line.
 """
 
 from __future__ import annotations
@@ -160,8 +161,16 @@ class FastRunner:
         return proposal.view(batch, length), confidence.view(batch, length)
 
     def commit(self, tokens, positions, mask, block_start: int) -> None:
-        """Write a finished block into its slots (no output layer)."""
+        """Write a finished block into its slots (no output layer; with CUDA graphs: the step's replay)."""
         assert self.cache is not None
+        # the captured step writes the block's keys/values exactly as a commit does; its logits go unread
+        graphs = self.graphs
+        if (
+            graphs is not None
+            and graphs.enabled
+            and graphs.run(self.cache, tokens, positions, block_start, self.backbone) is not None
+        ):
+            return
         self.cache.place(block_start, tokens.shape[1])
         self.backbone.step_hidden(tokens, positions, mask, self.cache)
 
