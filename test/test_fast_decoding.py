@@ -19,6 +19,7 @@ from wam_diff2_ros.core.decoding import (
     DecodeConfig,
     DecodeConfigError,
     block_diffusion_decode,
+    describe_engine,
     resolve_engine,
     select_transfers,
 )
@@ -149,6 +150,14 @@ def test_engine_choice():
     assert resolve_engine("exact", torch.device("cpu"), torch.float32) == "exact"
     with pytest.raises(DecodeConfigError, match="engine must be one of"):
         DecodeConfig(engine="turbo")
+
+
+def test_engine_choice_is_described_for_the_logs():
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert describe_engine("auto", cpu, torch.float32) == "fast (auto: shown token-identical to exact on cpu float32)"
+    assert describe_engine("auto", cuda, torch.float16).startswith("exact (auto: the fast engine was never shown")
+    assert describe_engine("exact", cuda, torch.bfloat16) == "exact (decoding.engine: exact)"
+    assert describe_engine("fast", cpu, torch.bfloat16) == "fast (decoding.engine: fast)"
 
 
 # ------------------------------------------------------------------------------ exactness on tiny

@@ -113,6 +113,14 @@ def test_seeded_sampling_is_reproducible(eval_dir):
     assert [r.get("token_ids") for r in greedy] != [r.get("token_ids") for r in first]
 
 
+def test_both_engines_give_the_same_predictions(eval_dir):
+    _, exact = run(eval_dir, "--engine", "exact", "--batch_size", "2", output="exact.json")
+    _, fast = run(eval_dir, "--engine", "fast", "--batch_size", "2", output="fast.json")
+    assert sum(bool(r.get("token_ids")) for r in exact) == 4  # every sample with its images decoded
+    assert [r.get("token_ids") for r in fast] == [r.get("token_ids") for r in exact]
+    assert [r["prediction"] for r in fast] == [r["prediction"] for r in exact]
+
+
 def test_batches_give_one_record_per_sample(eval_dir):
     code, records = run(eval_dir, "--batch_size", "3", "--padding_side", "right")
     assert code == 0 and len(records) == 5

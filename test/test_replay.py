@@ -332,6 +332,19 @@ def test_sample_bag_replay_is_deterministic(sample_replay, sample_bag, tiny, tmp
     assert without_timing(second) == without_timing(first)
 
 
+def test_sample_bag_plans_are_the_same_with_either_engine(sample_bag, tmp_path) -> None:
+    runs = {}
+    for engine in ("exact", "fast"):
+        out = tmp_path / engine
+        argv = [str(sample_bag), "--out", str(out), "--model", "demo", "--max-plans", "3", "--no-plots"]
+        assert main([*argv, "--no-copy-inputs", "--set", f"decoding.engine={engine}"]) == EXIT_OK
+        runs[engine] = read_predictions(out), read_metrics(out)["run"]["decoding_engine"]
+    (exact, exact_engine), (fast, fast_engine) = runs["exact"], runs["fast"]
+    assert len(exact) == 3 and any(r["valid"] for r in exact)  # real plans are compared
+    assert without_timing(fast) == without_timing(exact)
+    assert (exact_engine, fast_engine) == ("exact (decoding.engine: exact)", "fast (decoding.engine: fast)")
+
+
 # --- metrics against known futures ----------------------------------------------------------------------------
 
 

@@ -54,3 +54,15 @@ def test_warmup_plan_has_the_prompt_length_and_cache_bucket_of_a_real_plan() -> 
 def test_warmup_image_size_must_be_two_whole_pixel_counts(size) -> None:
     with pytest.raises(ParameterError, match=r"model\.warmup_image_size"):
         NodeConfig.from_parameters({"model.warmup_image_size": size}, require_model=False)
+
+
+def test_loading_logs_which_decoding_engine_runs(caplog) -> None:
+    config = NodeConfig.from_parameters(
+        {"model.path": str(tiny_checkpoint(seed=1)), "model.device": "cpu", "model.dtype": "float32"}
+    )
+    slot = ModelSlot(NodeHealth("load-test"), logging.getLogger("load-test"), lambda: None)
+    with caplog.at_level(logging.INFO, logger="load-test"):
+        assert slot.load(config, lambda c: Engine.load(c.model_path, device=c.device, dtype=c.dtype))
+    (line,) = [r.getMessage() for r in caplog.records if "loaded on" in r.getMessage()]
+    assert line.endswith("decoding engine fast (auto: shown token-identical to exact on cpu float32)")
+    slot.close()

@@ -252,6 +252,17 @@ def resolve_engine(engine: str, device: torch.device, dtype: torch.dtype) -> str
     return "fast" if (device.type, dtype) in FAST_BY_DEFAULT else "exact"
 
 
+def describe_engine(engine: str, device: torch.device, dtype: torch.dtype) -> str:
+    """Which engine a configured `engine` runs on this device and dtype, and why (one line for logs)."""
+    chosen = resolve_engine(engine, device, dtype)
+    if engine != "auto":
+        return f"{chosen} (decoding.engine: {engine})"
+    where = f"{device.type} {str(dtype).removeprefix('torch.')}"
+    if chosen == "fast":
+        return f"fast (auto: shown token-identical to exact on {where})"
+    return f"exact (auto: the fast engine was never shown token-identical on {where}; decoding.engine: fast forces it)"
+
+
 def block_diffusion_decode(
     backbone: BlockDiffusionBackbone,
     input_ids: torch.Tensor,

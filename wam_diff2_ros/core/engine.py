@@ -28,7 +28,7 @@ from .checkpoint import (
     resolve_dtype,
     synchronizer,
 )
-from .decoding import DecodeConfig, DecodeOutput, block_diffusion_decode
+from .decoding import DecodeConfig, DecodeOutput, block_diffusion_decode, describe_engine
 from .model import BlockDiffusionBackbone
 from .processor import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS, WamDiff2Processor
 from .timing import StageTiming
@@ -98,6 +98,10 @@ class Engine:
     def name(self) -> str:
         """Checkpoint directory name."""
         return self.checkpoint.name
+
+    def describe_decoding(self, decode: DecodeConfig | None = None) -> str:
+        """Which decoding engine `decode` runs on this engine's device and dtype, and why (for logs)."""
+        return describe_engine((decode or DecodeConfig()).engine, self.device, self.dtype)
 
     def generate(
         self,

@@ -145,6 +145,7 @@ def finish(
                 "model_path": config.model_path,
                 "device": str(getattr(engine, "device", config.device)),
                 "dtype": str(getattr(engine, "dtype", config.dtype)).replace("torch.", ""),
+                "decoding_engine": _decoding_engine(engine, config),
                 "params_file": str(options.params) if options.params else None,
                 "overrides": dict(options.overrides),
                 "params_hash": params_hash(config.values),
@@ -270,3 +271,9 @@ def _summary_text(topic_map: TopicMap, metrics: Mapping[str, Any], plots: Sequen
         lines.append("plots:      " + ", ".join(str(p) for p in plots))
     lines += [f"note:       {note}" for note in metrics["notes"]]
     return "\n".join(lines) + "\n"
+
+
+def _decoding_engine(engine: Any, config: Any) -> str | None:
+    """The decoding engine the plans ran on and why (None for engines that cannot say, e.g. test doubles)."""
+    describe = getattr(engine, "describe_decoding", None)
+    return describe(config.decode) if callable(describe) else None

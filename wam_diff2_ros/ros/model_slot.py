@@ -48,7 +48,9 @@ class ModelSlot:
         self.path = config.model_path
         device, dtype = str(getattr(engine, "device", "?")), str(getattr(engine, "dtype", "?")).replace("torch.", "")
         self._health.set_model("loaded", name=engine.name, path=config.model_path, device=device, dtype=dtype)
-        self._logger.info(f"model {engine.name} loaded on {device} ({dtype}) in {time.perf_counter() - started:.1f} s")
+        loaded = f"model {engine.name} loaded on {device} ({dtype}) in {time.perf_counter() - started:.1f} s"
+        describe = getattr(engine, "describe_decoding", None)
+        self._logger.info(loaded + (f"; decoding engine {describe(config.decode)}" if callable(describe) else ""))
         if config.warmup:
             self._warmup(engine, config)
         return True
