@@ -34,7 +34,7 @@ from .tokens import EOS_TOKEN_ID, MASK_TOKEN_ID
 ENGINES = ("auto", "exact", "fast")
 # (device type, dtype) where `auto` picks the fast engine: token-identical to the exact one in the test grid
 # (CPU float32 in CI; CUDA float32 in test_fast_decoding_cuda.py, run on an H200) or, for CUDA bfloat16,
-# in every comparison measured on an H200 (README, "Speed"); elsewhere (NPU, float16) `auto` is exact.
+# in every comparison measured on an H200 (README, "Exact vs fast engine"); elsewhere (NPU, float16) `auto` is exact.
 FAST_BY_DEFAULT = frozenset({("cpu", torch.float32), ("cuda", torch.float32), ("cuda", torch.bfloat16)})
 REMASKING_STRATEGIES = ("low_confidence_dynamic", "low_confidence_static", "sequential")
 
