@@ -23,7 +23,13 @@ from wam_diff2_ros.core.decoding import (
     resolve_engine,
     select_transfers,
 )
-from wam_diff2_ros.core.fast_decoding import StaticKVCache, capacity_bucket, padded_row_count
+from wam_diff2_ros.core.fast_decoding import (
+    CudaGraphSteps,
+    FastRunner,
+    StaticKVCache,
+    capacity_bucket,
+    padded_row_count,
+)
 from wam_diff2_ros.core.host_reads import count_host_reads
 from wam_diff2_ros.core.model import BlockDiffusionBackbone
 from wam_diff2_ros.core.prompts import build_messages
@@ -250,6 +256,38 @@ def test_fast_equals_exact_seeded_sampling(tiny, strategy, temperature, top_k, t
         temperature=temperature, top_k=top_k, top_p=top_p, seed=5,
     )  # fmt: skip
     assert_same(both_engines(backbone, inputs, config))
+
+
+@pytest.mark.parametrize(
+    ("strategy", "block_size", "steps", "layout"),
+    [
+        ("low_confidence_dynamic", 8, 5, "left"),
+        ("low_confidence_static", 4, 4, "right"),
+        ("sequential", 32, 7, "single"),
+    ],
+)
+def test_the_cuda_graph_step_computed_eagerly_gives_the_exact_tokens(
+    tiny, monkeypatch, strategy, block_size, steps, layout
+):
+    """What a CUDA graph holds (the step over the whole 256-token bucket, slots past the block masked out, all
+    rows' logits, replayed for the commit too), run eagerly on CPU: CI's check of the graph path's logic."""
+    backbone, processor, conversations = tiny
+    stores = []
+
+    def bucket_steps_on_cpu(self, backbone, cuda_graphs=True):
+        self.backbone, self.device, self.row_logits, self.cache = backbone, backbone.device, False, None
+        self.graphs = CudaGraphSteps(backbone, capture=False)
+        stores.append(self.graphs)
+
+    monkeypatch.setattr(FastRunner, "__init__", bucket_steps_on_cpu)
+    batch = conversations[:1] if layout == "single" else conversations
+    inputs = processor(batch, padding_side="left" if layout == "single" else layout)
+    config = DecodeConfig(
+        max_new_tokens=2 * block_size + 3, block_size=block_size, denoising_steps=steps, remasking_strategy=strategy
+    )
+    assert_same(both_engines(backbone, inputs, config))
+    (store,) = stores
+    assert store.enabled and store.graphs and all(cache.capacity % 256 == 0 for cache in store.caches.values())
 
 
 def test_fast_decoder_reads_the_device_at_most_once_per_step(tiny):

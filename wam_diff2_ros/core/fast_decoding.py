@@ -176,10 +176,15 @@ class FastRunner:
 
 
 class CudaGraphSteps:
-    """Captured denoising forwards (block forward + output layer) per (batch, block, capacity bucket)."""
+    """Captured denoising forwards (block forward + output layer) per (batch, block, capacity bucket).
 
-    def __init__(self, backbone: BlockDiffusionBackbone) -> None:
+    `capture=False` runs the very computation a graph would hold eagerly, on any device: the step over the
+    whole bucket with the slots past the block masked out (what CPU tests check against the exact engine).
+    """
+
+    def __init__(self, backbone: BlockDiffusionBackbone, capture: bool = True) -> None:
         self.enabled = True
+        self.capture = capture
         self.caches: dict[tuple[int, int], StaticKVCache] = {}
         self.graphs: dict[tuple[int, int, int], dict[str, Any]] = {}
 
@@ -205,30 +210,28 @@ class CudaGraphSteps:
         key = (batch, length, cache.capacity)
         entry = self.graphs.get(key)
         if entry is None:
-            try:
-                entry = self._capture(cache, tokens, positions, block_start, backbone)
-            except Exception as exc:  # any capture failure: run eagerly from now on
-                LOG.warning("CUDA graph capture failed (%s); fast engine continues without graphs", exc)
-                self.enabled = False
-                return None
+            entry = self._static_inputs(cache, tokens, positions, block_start)
+            if self.capture:
+                try:
+                    self._capture(entry, cache, block_start, backbone)
+                except Exception as exc:  # any capture failure: run eagerly from now on
+                    LOG.warning("CUDA graph capture failed (%s); fast engine continues without graphs", exc)
+                    self.enabled = False
+                    return None
             self.graphs[key] = entry
-        self._load(entry, cache, tokens, positions, block_start)
+        self._load(entry, tokens, positions, block_start)
+        if not self.capture:
+            return self._bucket_step(entry, cache, block_start, backbone)
         entry["graph"].replay()
         return entry["logits"]
 
     @staticmethod
-    def _load(entry: dict[str, Any], cache: StaticKVCache, tokens, positions, block_start: int) -> None:
-        length = tokens.shape[1]
-        entry["tokens"].copy_(tokens)
-        entry["positions"].copy_(positions)
-        entry["write"].copy_(torch.arange(block_start, block_start + length, device=tokens.device))
-        entry["mask"].copy_(entry["slots"] < block_start + length)
-
-    def _capture(self, cache: StaticKVCache, tokens, positions, block_start: int, backbone) -> dict[str, Any]:
+    def _static_inputs(cache: StaticKVCache, tokens, positions, block_start: int) -> dict[str, Any]:
+        """The buffers a graph reads (their addresses are recorded; each step copies its inputs into them)."""
         batch, length = tokens.shape
         device = tokens.device
         slots = torch.arange(cache.capacity, device=device)
-        entry: dict[str, Any] = {
+        return {
             "tokens": tokens.clone(),
             "positions": positions.clone(),
             "write": torch.arange(block_start, block_start + length, device=device),
@@ -236,20 +239,31 @@ class CudaGraphSteps:
             "mask": (slots < block_start + length).view(1, 1, 1, -1).expand(batch, 1, length, -1).contiguous(),
         }
 
-        def forward() -> torch.Tensor:
-            cache.write_positions = entry["write"]
-            cache.start, cache.attend = block_start, cache.capacity
-            hidden = backbone.step_hidden(entry["tokens"], entry["positions"], entry["mask"], cache)
-            return backbone.output_logits(hidden)
+    @staticmethod
+    def _load(entry: dict[str, Any], tokens, positions, block_start: int) -> None:
+        length = tokens.shape[1]
+        entry["tokens"].copy_(tokens)
+        entry["positions"].copy_(positions)
+        entry["write"].copy_(torch.arange(block_start, block_start + length, device=tokens.device))
+        entry["mask"].copy_(entry["slots"] < block_start + length)
 
+    @staticmethod
+    def _bucket_step(entry: dict[str, Any], cache: StaticKVCache, block_start: int, backbone) -> torch.Tensor:
+        """What a graph holds: the block forward attending over the whole bucket (masked), then the logits."""
+        cache.write_positions = entry["write"]
+        cache.start, cache.attend = block_start, cache.capacity
+        hidden = backbone.step_hidden(entry["tokens"], entry["positions"], entry["mask"], cache)
+        return backbone.output_logits(hidden)
+
+    def _capture(self, entry: dict[str, Any], cache: StaticKVCache, block_start: int, backbone) -> None:
+        device = entry["tokens"].device
         stream = torch.cuda.Stream(device)
         stream.wait_stream(torch.cuda.current_stream(device))
         with torch.cuda.stream(stream):
             for _ in range(2):  # warm-up outside the graph (allocator, lazy inits)
-                forward()
+                self._bucket_step(entry, cache, block_start, backbone)
         torch.cuda.current_stream(device).wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            entry["logits"] = forward()
+            entry["logits"] = self._bucket_step(entry, cache, block_start, backbone)
         entry["graph"] = graph
-        return entry
