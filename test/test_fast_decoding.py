@@ -290,6 +290,35 @@ def test_the_cuda_graph_step_computed_eagerly_gives_the_exact_tokens(
     assert store.enabled and store.graphs and all(cache.capacity % 256 == 0 for cache in store.caches.values())
 
 
+def test_graph_store_keeps_the_most_recently_used_buckets_with_their_graphs():
+    store = CudaGraphSteps(backbone=None, capture=False, kept_buckets=2)
+    first = store.cache_for(1, 300)
+    store.graphs[(1, 32, 512)] = {"for": "first"}
+    second = store.cache_for(3, 300)
+    store.graphs[(3, 32, 512)] = {"for": "second"}
+    assert store.cache_for(1, 500) is first  # same bucket (512): reused, and now the most recent
+    third = store.cache_for(1, 600)  # a third bucket: the least recently used (3, 512) goes, with its graph
+    assert list(store.caches) == [(1, 512), (1, 768)] and store.caches[(1, 768)] is third
+    assert list(store.graphs) == [(1, 32, 512)]
+    assert store.cache_for(3, 300) is not second  # evicted: a new cache (its graphs would be captured again)
+
+
+def test_evicted_buckets_are_rebuilt_with_the_same_tokens(tiny, monkeypatch):
+    backbone, processor, conversations = tiny
+    store = CudaGraphSteps(backbone, capture=False, kept_buckets=1)
+
+    def one_kept_bucket(self, backbone, cuda_graphs=True):
+        self.backbone, self.device, self.row_logits, self.cache, self.graphs = (
+            backbone, backbone.device, False, None, store
+        )  # fmt: skip
+
+    monkeypatch.setattr(FastRunner, "__init__", one_kept_bucket)
+    config = DecodeConfig(max_new_tokens=19, block_size=8, denoising_steps=6)
+    for batch in (conversations[:1], conversations, conversations[:1]):  # batch 1, 3, then 1 again
+        assert_same(both_engines(backbone, processor(batch, padding_side="left"), config))
+        assert len(store.caches) == 1 and all(key[0] == len(batch) for key in store.graphs)
+
+
 def test_fast_decoder_reads_the_device_at_most_once_per_step(tiny):
     backbone, processor, conversations = tiny
     inputs = processor(conversations, padding_side="left")

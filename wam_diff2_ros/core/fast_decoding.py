@@ -36,6 +36,7 @@ LOG = logging.getLogger(__name__)
 
 GEMM_ROW_QUANTUM = 4  # row counts that keep float32 GEMM rows bit-identical on CPU (see module docstring)
 CAPACITY_QUANTUM = 256  # CUDA graph cache buckets: capacity rounded up to a multiple of this
+KEPT_BUCKETS = 4  # (batch, capacity bucket) caches kept with their graphs; the least recently used goes first
 ALL_ROWS = "all"  # open_rows marker: compute every row
 
 
@@ -182,10 +183,11 @@ class CudaGraphSteps:
     whole bucket with the slots past the block masked out (what CPU tests check against the exact engine).
     """
 
-    def __init__(self, backbone: BlockDiffusionBackbone, capture: bool = True) -> None:
+    def __init__(self, backbone: BlockDiffusionBackbone, capture: bool = True, kept_buckets: int = KEPT_BUCKETS):
         self.enabled = True
         self.capture = capture
-        self.caches: dict[tuple[int, int], StaticKVCache] = {}
+        self.kept_buckets = kept_buckets
+        self.caches: dict[tuple[int, int], StaticKVCache] = {}  # in order of last use
         self.graphs: dict[tuple[int, int, int], dict[str, Any]] = {}
 
     @classmethod
@@ -198,11 +200,20 @@ class CudaGraphSteps:
         return store
 
     def cache_for(self, batch: int, capacity: int) -> StaticKVCache:
-        """The persistent cache of a bucket (graphs hold its addresses)."""
+        """The persistent cache of a bucket (graphs hold its addresses). Only the `kept_buckets` most recently
+        used buckets keep their cache and graphs, so varied batch sizes and prompt lengths (batch inference)
+        do not pile up device memory; a bucket used again after that is captured again."""
         key = (batch, capacity_bucket(capacity))
-        if key not in self.caches:
-            self.caches[key] = StaticKVCache(key[1])
-        return self.caches[key]
+        cache = self.caches.pop(key, None)
+        if cache is None:
+            cache = StaticKVCache(key[1])
+        self.caches[key] = cache  # now the most recently used
+        while len(self.caches) > self.kept_buckets:
+            old_batch, old_capacity = next(iter(self.caches))
+            del self.caches[(old_batch, old_capacity)]
+            for graph_key in [k for k in self.graphs if k[0] == old_batch and k[2] == old_capacity]:
+                del self.graphs[graph_key]
+        return cache
 
     def run(self, cache: StaticKVCache, tokens, positions, block_start: int, backbone) -> torch.Tensor | None:
         """Replay (capturing on first use) the step for this shape; None (eager fallback) if capture fails."""
