@@ -169,20 +169,42 @@ def test_engine_choice_is_described_for_the_logs():
 # ------------------------------------------------------------------------------ exactness on tiny
 
 
-@pytest.fixture(scope="module")
-def tiny():
-    info = inspect_checkpoint(tiny_checkpoint(seed=1))
-    model = load_model(info, torch.device("cpu"), torch.float32)
-    processor = load_processor(info)
-    image = noise_image(64, 64)
-    conversations = [
-        build_messages("Front view: <image>\nThe navigation information is: left", [image]),
+def tiny_conversations():
+    """Three prompts of very different lengths, one with two images (the exactness grid's inputs)."""
+    return [
+        build_messages("Front view: <image>\nThe navigation information is: left", [noise_image(64, 64)]),
         build_messages(
             "Describe the scene <image> " + "in a good many more words than the other prompts do " * 6,
             [noise_image(96, 64, 1)],
         ),
         build_messages("Two cameras <image> and <image> straight", [noise_image(64, 96, 2), noise_image(64, 64, 3)]),
     ]
+
+
+def inputs_for(processor, conversations, layout):
+    """Processor inputs for a grid layout: `single` (the first prompt), else all three padded `left`/`right`."""
+    batch = conversations[:1] if layout == "single" else conversations
+    return processor(batch, padding_side="left" if layout == "single" else layout)
+
+
+def run_bucket_steps_on_cpu(monkeypatch, store):
+    """Make the fast engine on CPU run every step through `store` (a `CudaGraphSteps(capture=False)`): the
+    computation a CUDA graph holds, all rows' logits, eagerly."""
+
+    def init(self, backbone, cuda_graphs=True):
+        self.backbone, self.device, self.row_logits, self.cache, self.graphs = (
+            backbone, backbone.device, False, None, store
+        )  # fmt: skip
+
+    monkeypatch.setattr(FastRunner, "__init__", init)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    info = inspect_checkpoint(tiny_checkpoint(seed=1))
+    model = load_model(info, torch.device("cpu"), torch.float32)
+    processor = load_processor(info)
+    conversations = tiny_conversations()
     return BlockDiffusionBackbone(model), processor, conversations
 
 
@@ -226,8 +248,7 @@ GRID = [
 @pytest.mark.parametrize(("strategy", "block_size", "steps", "layout"), GRID)
 def test_fast_equals_exact_greedy(tiny, strategy, block_size, steps, layout):
     backbone, processor, conversations = tiny
-    batch = conversations[:1] if layout == "single" else conversations
-    inputs = processor(batch, padding_side="left" if layout == "single" else layout)
+    inputs = inputs_for(processor, conversations, layout)
     config = DecodeConfig(
         max_new_tokens=block_size + 3,  # not a multiple of the block
         block_size=block_size,
@@ -249,8 +270,7 @@ def test_fast_equals_exact_greedy(tiny, strategy, block_size, steps, layout):
 )
 def test_fast_equals_exact_seeded_sampling(tiny, strategy, temperature, top_k, top_p, layout):
     backbone, processor, conversations = tiny
-    batch = conversations[:1] if layout == "single" else conversations
-    inputs = processor(batch, padding_side="left" if layout == "single" else layout)
+    inputs = inputs_for(processor, conversations, layout)
     config = DecodeConfig(
         max_new_tokens=20, block_size=8, denoising_steps=6, remasking_strategy=strategy,
         temperature=temperature, top_k=top_k, top_p=top_p, seed=5,
@@ -272,21 +292,13 @@ def test_the_cuda_graph_step_computed_eagerly_gives_the_exact_tokens(
     """What a CUDA graph holds (the step over the whole 256-token bucket, slots past the block masked out, all
     rows' logits, replayed for the commit too), run eagerly on CPU: CI's check of the graph path's logic."""
     backbone, processor, conversations = tiny
-    stores = []
-
-    def bucket_steps_on_cpu(self, backbone, cuda_graphs=True):
-        self.backbone, self.device, self.row_logits, self.cache = backbone, backbone.device, False, None
-        self.graphs = CudaGraphSteps(backbone, capture=False)
-        stores.append(self.graphs)
-
-    monkeypatch.setattr(FastRunner, "__init__", bucket_steps_on_cpu)
-    batch = conversations[:1] if layout == "single" else conversations
-    inputs = processor(batch, padding_side="left" if layout == "single" else layout)
+    store = CudaGraphSteps(backbone, capture=False)
+    run_bucket_steps_on_cpu(monkeypatch, store)
+    inputs = inputs_for(processor, conversations, layout)
     config = DecodeConfig(
         max_new_tokens=2 * block_size + 3, block_size=block_size, denoising_steps=steps, remasking_strategy=strategy
     )
     assert_same(both_engines(backbone, inputs, config))
-    (store,) = stores
     assert store.enabled and store.graphs and all(cache.capacity % 256 == 0 for cache in store.caches.values())
 
 
@@ -306,13 +318,7 @@ def test_graph_store_keeps_the_most_recently_used_buckets_with_their_graphs():
 def test_evicted_buckets_are_rebuilt_with_the_same_tokens(tiny, monkeypatch):
     backbone, processor, conversations = tiny
     store = CudaGraphSteps(backbone, capture=False, kept_buckets=1)
-
-    def one_kept_bucket(self, backbone, cuda_graphs=True):
-        self.backbone, self.device, self.row_logits, self.cache, self.graphs = (
-            backbone, backbone.device, False, None, store
-        )  # fmt: skip
-
-    monkeypatch.setattr(FastRunner, "__init__", one_kept_bucket)
+    run_bucket_steps_on_cpu(monkeypatch, store)
     config = DecodeConfig(max_new_tokens=19, block_size=8, denoising_steps=6)
     for batch in (conversations[:1], conversations, conversations[:1]):  # batch 1, 3, then 1 again
         assert_same(both_engines(backbone, processor(batch, padding_side="left"), config))

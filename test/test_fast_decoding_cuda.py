@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import pytest
 import torch
-from core_helpers import noise_image, tiny_checkpoint
-from test_fast_decoding import GRID
+from core_helpers import tiny_checkpoint
+from test_fast_decoding import GRID, inputs_for, tiny_conversations
 
 from wam_diff2_ros.core.checkpoint import inspect_checkpoint, load_model, load_processor
 from wam_diff2_ros.core.decoding import DecodeConfig, block_diffusion_decode
 from wam_diff2_ros.core.host_reads import count_host_reads
 from wam_diff2_ros.core.model import BlockDiffusionBackbone
-from wam_diff2_ros.core.prompts import build_messages
 
 pytestmark = [
     pytest.mark.core,
@@ -30,15 +29,7 @@ CUDA = torch.device("cuda")
 def tiny_cuda():
     info = inspect_checkpoint(tiny_checkpoint(seed=1))
     model = load_model(info, CUDA, torch.float32)
-    conversations = [
-        build_messages("Front view: <image>\nThe navigation information is: left", [noise_image(64, 64)]),
-        build_messages(
-            "Describe the scene <image> " + "in a good many more words than the other prompts do " * 6,
-            [noise_image(96, 64, 1)],
-        ),
-        build_messages("Two cameras <image> and <image> straight", [noise_image(64, 96, 2), noise_image(64, 64, 3)]),
-    ]
-    return BlockDiffusionBackbone(model, synchronize=torch.cuda.synchronize), load_processor(info), conversations
+    return BlockDiffusionBackbone(model, synchronize=torch.cuda.synchronize), load_processor(info), tiny_conversations()
 
 
 def decode(backbone, inputs, config):
@@ -56,11 +47,6 @@ def assert_engines_agree(backbone, inputs, config):
         assert fast.sequences.tolist() == exact.sequences.tolist(), f"cuda_graphs={graphs}"
         assert fast.steps_per_block == exact.steps_per_block, f"cuda_graphs={graphs}"
         assert fast.finished == exact.finished
-
-
-def inputs_for(processor, conversations, layout):
-    batch = conversations[:1] if layout == "single" else conversations
-    return processor(batch, padding_side="left" if layout == "single" else layout)
 
 
 @pytest.mark.parametrize(("strategy", "block_size", "steps", "layout"), GRID)

@@ -126,14 +126,19 @@ class FastRunner:
         rows = masked.reshape(-1).nonzero().squeeze(1)  # the step's one device->host read
         return rows if rows.numel() else None
 
+    def _replayed(self, tokens, positions, block_start: int) -> torch.Tensor | None:
+        """The block step's logits from its CUDA graph, or None when the step must run eagerly."""
+        if self.graphs is None or not self.graphs.enabled:
+            return None
+        assert self.cache is not None
+        return self.graphs.run(self.cache, tokens, positions, block_start, self.backbone)
+
     def _block_logits(self, tokens, positions, mask, block_start: int) -> torch.Tensor:
         assert self.cache is not None
-        length = tokens.shape[1]
-        if self.graphs is not None and self.graphs.enabled:
-            logits = self.graphs.run(self.cache, tokens, positions, block_start, self.backbone)
-            if logits is not None:
-                return logits
-        self.cache.place(block_start, length)
+        logits = self._replayed(tokens, positions, block_start)
+        if logits is not None:
+            return logits
+        self.cache.place(block_start, tokens.shape[1])
         hidden = self.backbone.step_hidden(tokens, positions, mask, self.cache)
         return self.backbone.output_logits(hidden, transposed_weights=self.row_logits)
 
@@ -165,12 +170,7 @@ class FastRunner:
         """Write a finished block into its slots (no output layer; with CUDA graphs: the step's replay)."""
         assert self.cache is not None
         # the captured step writes the block's keys/values exactly as a commit does; its logits go unread
-        graphs = self.graphs
-        if (
-            graphs is not None
-            and graphs.enabled
-            and graphs.run(self.cache, tokens, positions, block_start, self.backbone) is not None
-        ):
+        if self._replayed(tokens, positions, block_start) is not None:
             return
         self.cache.place(block_start, tokens.shape[1])
         self.backbone.step_hidden(tokens, positions, mask, self.cache)

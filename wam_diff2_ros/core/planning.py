@@ -57,6 +57,13 @@ class EngineLike(Protocol):
         ...
 
 
+def describe_decoding(engine: Any, decode: DecodeConfig) -> str | None:
+    """Which decoding engine ``engine`` runs ``decode`` with, and why (`Engine.describe_decoding`); None for
+    engines that cannot say (test doubles)."""
+    describe = getattr(engine, "describe_decoding", None)
+    return describe(decode) if callable(describe) else None
+
+
 @dataclass(frozen=True)
 class PlanningConfig:
     """How plans, detections and answers are asked for and read.

@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from wam_diff2_ros.core.planning import describe_decoding
 from wam_diff2_ros.core.units import NS_PER_S
 from wam_diff2_ros.replay.errors import EXIT_BAG_DAMAGED, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NO_PLANS, EXIT_OK
 from wam_diff2_ros.replay.outputs import Outputs
@@ -145,7 +146,7 @@ def finish(
                 "model_path": config.model_path,
                 "device": str(getattr(engine, "device", config.device)),
                 "dtype": str(getattr(engine, "dtype", config.dtype)).replace("torch.", ""),
-                "decoding_engine": _decoding_engine(engine, config),
+                "decoding_engine": describe_decoding(engine, config.decode),
                 "params_file": str(options.params) if options.params else None,
                 "overrides": dict(options.overrides),
                 "params_hash": params_hash(config.values),
@@ -271,9 +272,3 @@ def _summary_text(topic_map: TopicMap, metrics: Mapping[str, Any], plots: Sequen
         lines.append("plots:      " + ", ".join(str(p) for p in plots))
     lines += [f"note:       {note}" for note in metrics["notes"]]
     return "\n".join(lines) + "\n"
-
-
-def _decoding_engine(engine: Any, config: Any) -> str | None:
-    """The decoding engine the plans ran on and why (None for engines that cannot say, e.g. test doubles)."""
-    describe = getattr(engine, "describe_decoding", None)
-    return describe(config.decode) if callable(describe) else None

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from wam_diff2_ros.core.checkpoint import release_device_cache
-from wam_diff2_ros.core.planning import EngineLike
+from wam_diff2_ros.core.planning import EngineLike, describe_decoding
 from wam_diff2_ros.core.prompts import build_planning_prompt
 
 from .diagnostics import NodeHealth
@@ -49,8 +49,8 @@ class ModelSlot:
         device, dtype = str(getattr(engine, "device", "?")), str(getattr(engine, "dtype", "?")).replace("torch.", "")
         self._health.set_model("loaded", name=engine.name, path=config.model_path, device=device, dtype=dtype)
         loaded = f"model {engine.name} loaded on {device} ({dtype}) in {time.perf_counter() - started:.1f} s"
-        describe = getattr(engine, "describe_decoding", None)
-        self._logger.info(loaded + (f"; decoding engine {describe(config.decode)}" if callable(describe) else ""))
+        decoding = describe_decoding(engine, config.decode)
+        self._logger.info(loaded + (f"; decoding engine {decoding}" if decoding else ""))
         if config.warmup:
             self._warmup(engine, config)
         return True
