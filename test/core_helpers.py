@@ -41,3 +41,16 @@ def copy_checkpoint(source: Path, target: Path) -> Path:
 def noise_image(width: int, height: int, seed: int = 0) -> np.ndarray:
     """A deterministic RGB uint8 noise image."""
     return (np.random.RandomState(seed).rand(height, width, 3) * 255).astype(np.uint8)
+
+
+def can_build_row_kernel(isa: str) -> bool:
+    """Whether this machine has what core/cpu_logits.py's kernel needs for `isa` (g++, ninja, a variant)."""
+    from wam_diff2_ros.core.cpu_logits import kernel_flags
+
+    try:
+        import ninja  # noqa: F401
+
+        has_ninja = True
+    except ImportError:
+        has_ninja = shutil.which("ninja") is not None
+    return has_ninja and shutil.which("g++") is not None and kernel_flags(isa) is not None

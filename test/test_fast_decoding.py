@@ -11,7 +11,7 @@ import itertools
 
 import pytest
 import torch
-from core_helpers import noise_image, tiny_checkpoint
+from core_helpers import can_build_row_kernel, noise_image, tiny_checkpoint
 
 from wam_diff2_ros.core.checkpoint import inspect_checkpoint, load_model, load_processor
 from wam_diff2_ros.core.decoding import (
@@ -28,7 +28,6 @@ from wam_diff2_ros.core.fast_decoding import (
     FastRunner,
     StaticKVCache,
     capacity_bucket,
-    padded_row_count,
 )
 from wam_diff2_ros.core.host_reads import count_host_reads
 from wam_diff2_ros.core.model import BlockDiffusionBackbone
@@ -98,54 +97,8 @@ def test_static_cache_writes_at_explicit_positions_without_reallocating():
     assert keys.shape == (2, 3, 10, 5)
 
 
-def test_row_and_capacity_buckets():
-    assert [padded_row_count(n, 32) for n in (1, 4, 5, 12, 13, 28, 29, 32)] == [4, 4, 8, 12, 16, 28, None, None]
-    assert padded_row_count(3, 6) is None  # a block whose row count is not a multiple of 4: all rows
-    assert padded_row_count(1, 4) is None
+def test_capacity_buckets():
     assert [capacity_bucket(n) for n in (1, 256, 257, 2080)] == [256, 256, 512, 2304]
-
-
-def test_masked_row_output_layer_is_bitwise_the_full_one():
-    """The fact masked-row logits rest on (float32 GEMM rows independent of the row count in multiples of 4)."""
-    generator = torch.Generator().manual_seed(0)
-    weight = torch.randn(3000, 64, generator=generator)
-    hidden = torch.randn(32, 64, generator=generator)
-    full = torch.nn.functional.linear(hidden, weight)
-    for count in range(1, 33):
-        padded = padded_row_count(count, 32)
-        rows = torch.randperm(32, generator=generator)[:count]
-        if padded is None:
-            continue
-        picked = torch.cat([rows, rows[:1].expand(padded - count)])
-        assert torch.equal(torch.nn.functional.linear(hidden[picked], weight)[:count], full[rows]), count
-
-
-@pytest.mark.parametrize(("vocab", "width"), [(151_936, 256), (8_192, 2048)])
-def test_transposed_output_weights_give_every_row_the_same_bits(vocab, width):
-    """The fast engine's CPU output layer ([D, V] weight copy) against `lm_head` on the rows it computes."""
-    generator = torch.Generator().manual_seed(vocab)
-    weight = torch.randn(vocab, width, generator=generator) * 0.05
-    hidden = torch.randn(96, width, generator=generator)
-    full = torch.nn.functional.linear(hidden, weight)
-    transposed = weight.t().contiguous()
-    for count in range(4, 97, 4):
-        rows = torch.randperm(96, generator=generator)[:count]
-        assert torch.equal(hidden[rows] @ transposed, full[rows]), count
-
-
-def test_backbone_output_layer_copy_follows_the_weights(tiny):
-    backbone = tiny[0]
-    head = backbone.model.lm_head
-    hidden = torch.randn(1, 8, head.weight.shape[1], generator=torch.Generator().manual_seed(3))
-    assert torch.equal(backbone.output_logits(hidden, transposed_weights=True), head(hidden))
-    original = head.weight.detach().clone()
-    try:
-        with torch.no_grad():
-            head.weight.mul_(2.0)  # an in-place change must not leave a stale copy behind
-        assert torch.equal(backbone.output_logits(hidden, transposed_weights=True), head(hidden))
-    finally:
-        with torch.no_grad():
-            head.weight.copy_(original)
 
 
 def test_engine_choice():
@@ -192,7 +145,7 @@ def run_bucket_steps_on_cpu(monkeypatch, store):
     computation a CUDA graph holds, all rows' logits, eagerly."""
 
     def init(self, backbone, cuda_graphs=True):
-        self.backbone, self.device, self.row_logits, self.cache, self.graphs = (
+        self.backbone, self.device, self.masked_rows_only, self.cache, self.graphs = (
             backbone, backbone.device, False, None, store
         )  # fmt: skip
 
@@ -243,6 +196,29 @@ GRID = [
         (32, 7, "single"),
     )
 ]
+
+
+def test_fast_engine_runs_masked_rows_through_the_row_kernel_and_without_it(tiny, monkeypatch):
+    """On CPU the output layer runs on the masked rows (core/cpu_logits.py); where that kernel answers None
+    (cannot be built, no chunking matches) every row goes through `lm_head`: the same tokens either way."""
+    backbone, processor, conversations = tiny
+    inputs = inputs_for(processor, conversations, "left")
+    config = DecodeConfig(max_new_tokens=35, block_size=32, denoising_steps=32)
+    answered = []
+    row_logits = BlockDiffusionBackbone.row_logits
+
+    def counted(self, rows, block_shape):
+        logits = row_logits(self, rows, block_shape)
+        answered.append((rows.shape[0], logits is not None))
+        return logits
+
+    monkeypatch.setattr(BlockDiffusionBackbone, "row_logits", counted)
+    assert_same(both_engines(backbone, inputs, config))
+    assert any(count < 3 * 32 for count, _ in answered)  # masked rows only, fewer than the block's
+    if can_build_row_kernel(torch.backends.cpu.get_cpu_capability()):
+        assert all(ok for _, ok in answered), "the row kernel builds here but was not used"
+    monkeypatch.setattr(BlockDiffusionBackbone, "row_logits", lambda self, rows, block_shape: None)
+    assert_same(both_engines(backbone, inputs, config))
 
 
 @pytest.mark.parametrize(("strategy", "block_size", "steps", "layout"), GRID)

@@ -7,13 +7,10 @@
   concatenated, cropped or reallocated. It implements the part of transformers' `Cache` interface that the
   Qwen3-VL attention uses (`update`, `get_seq_length`) in 4.57 and 5.x; the stock `StaticCache` of 5.x
   ignores `cache_position`, so it cannot write a block at its own slots.
-- Logits only where read: none for the prompt or the commit pass; on CPU the output layer runs on the
-  still-masked rows only. MKL's float32 GEMM gives a row the same bits whatever the row count as long as
-  that count is a multiple of 4 (rows 1-3 and, with 2 threads, 5-7 and 9-11 take another kernel: measured on
-  this CPU), so the masked rows are padded to a multiple of 4, and all rows are computed when that would not
-  save anything or the block's own row count is not a multiple of 4. On CPU the output layer also reads a
-  [D, V] copy of its weights (`output_logits(transposed_weights=True)`): MKL runs few rows about 1.5x faster
-  from that layout, with the same bits per row (measured on 256/1024/2048-wide weights, 4 to 96 rows).
+- Logits only where read: none for the prompt or the commit pass; on CPU (float32) the output layer runs on
+  the still-masked rows only, through `BlockDiffusionBackbone.row_logits` (core/cpu_logits.py: a kernel that
+  gives each row the bits the exact engine's `lm_head` gives it in the whole block, probed on first use;
+  where it is unavailable, all rows go through `lm_head`).
 - One device->host read per step (`open_rows`; on CPU the `nonzero` that also gives the masked rows).
 - CUDA graphs (CUDA only, `cuda_graphs`): the block forward + output layer is captured once per (batch,
   block size, capacity bucket of 256 tokens) and replayed for every denoising step and for the commit (whose
@@ -34,7 +31,6 @@ from .model import BlockDiffusionBackbone
 
 LOG = logging.getLogger(__name__)
 
-GEMM_ROW_QUANTUM = 4  # row counts that keep float32 GEMM rows bit-identical on CPU (see module docstring)
 CAPACITY_QUANTUM = 256  # CUDA graph cache buckets: capacity rounded up to a multiple of this
 KEPT_BUCKETS = 4  # (batch, capacity bucket) caches kept with their graphs; the least recently used goes first
 ALL_ROWS = "all"  # open_rows marker: compute every row
@@ -86,21 +82,13 @@ def capacity_bucket(tokens: int, quantum: int = CAPACITY_QUANTUM) -> int:
     return -(-tokens // quantum) * quantum
 
 
-def padded_row_count(rows: int, total: int, quantum: int = GEMM_ROW_QUANTUM) -> int | None:
-    """Rows to run the output layer on for `rows` masked of `total`, or None when all rows should run."""
-    if total % quantum:
-        return None
-    padded = -(-rows // quantum) * quantum
-    return padded if padded < total else None
-
-
 class FastRunner:
     """Executes the decoder's steps on a static cache; same interface as `decoding.ExactRunner`."""
 
     def __init__(self, backbone: BlockDiffusionBackbone, cuda_graphs: bool = True) -> None:
         self.backbone = backbone
         self.device = backbone.device
-        self.row_logits = self.device.type == "cpu"  # fixed shapes elsewhere (weights-bound output layer, graphs)
+        self.masked_rows_only = self.device.type == "cpu"  # fixed shapes elsewhere (weights-bound layer, graphs)
         self.graphs: CudaGraphSteps | None = None
         if cuda_graphs and self.device.type == "cuda":
             self.graphs = CudaGraphSteps.for_backbone(backbone)
@@ -121,7 +109,7 @@ class FastRunner:
 
     def open_rows(self, masked: torch.Tensor) -> Any:
         """None when nothing is masked, else the flat indices of masked rows (CPU) or `ALL_ROWS`; one read."""
-        if not self.row_logits:
+        if not self.masked_rows_only:
             return ALL_ROWS if masked.any() else None
         rows = masked.reshape(-1).nonzero().squeeze(1)  # the step's one device->host read
         return rows if rows.numel() else None
@@ -140,7 +128,7 @@ class FastRunner:
             return logits
         self.cache.place(block_start, tokens.shape[1])
         hidden = self.backbone.step_hidden(tokens, positions, mask, self.cache)
-        return self.backbone.output_logits(hidden, transposed_weights=self.row_logits)
+        return self.backbone.output_logits(hidden)
 
     def propose(self, tokens, positions, mask, block_start: int, rows: Any, config: DecodeConfig, generator):
         """Per position a proposal and its probability; on CPU the output layer runs on masked rows only."""
@@ -149,19 +137,22 @@ class FastRunner:
         uniform = None
         if config.temperature != 0:  # one draw per position, as the exact path, whatever rows are computed
             uniform = draw_uniform(total, self.backbone.dtype, self.device, generator)
-        padded = None if isinstance(rows, str) else padded_row_count(rows.numel(), total)
-        if padded is None:
+        if isinstance(rows, str):
             logits = self._block_logits(tokens, positions, mask, block_start)
             return sample_tokens(logits, config.temperature, config.top_k, config.top_p, uniform=uniform)
         assert self.cache is not None
         self.cache.place(block_start, length)
-        hidden = self.backbone.step_hidden(tokens, positions, mask, self.cache).reshape(total, -1)
-        count = rows.numel()
-        picked = rows if padded == count else torch.cat([rows, rows[:1].expand(padded - count)])
-        logits = self.backbone.output_logits(hidden.index_select(0, picked), transposed_weights=True)[:count]
-        logits = logits.unsqueeze(0)
+        hidden = self.backbone.step_hidden(tokens, positions, mask, self.cache)
+        flat = hidden.reshape(total, -1)
+        picked = flat if rows.numel() == total else flat.index_select(0, rows)
+        logits = self.backbone.row_logits(picked, (batch, length))
+        if logits is None:  # no exact row kernel here: every row, as the exact engine computes them
+            logits = self.backbone.output_logits(hidden)
+            return sample_tokens(logits, config.temperature, config.top_k, config.top_p, uniform=uniform)
         chosen = None if uniform is None else uniform.index_select(0, rows)
-        sampled, probs = sample_tokens(logits, config.temperature, config.top_k, config.top_p, uniform=chosen)
+        sampled, probs = sample_tokens(
+            logits.unsqueeze(0), config.temperature, config.top_k, config.top_p, uniform=chosen
+        )
         proposal = tokens.reshape(-1).index_copy(0, rows, sampled.reshape(-1).to(tokens.dtype))
         confidence = torch.zeros(total, dtype=probs.dtype, device=probs.device).index_copy_(0, rows, probs.reshape(-1))
         return proposal.view(batch, length), confidence.view(batch, length)

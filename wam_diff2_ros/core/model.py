@@ -263,24 +263,19 @@ class BlockDiffusionBackbone:
         output = self._run(input_ids=block_ids, position_ids=position_ids, attention_mask=attention_mask, cache=cache)
         return output.last_hidden_state
 
-    def output_logits(self, hidden: torch.Tensor, transposed_weights: bool = False) -> torch.Tensor:
-        """The output layer (vocabulary logits) for some hidden states.
+    def output_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The output layer (vocabulary logits) for hidden states [..., D]."""
+        return self.model.lm_head(hidden)
 
-        `transposed_weights`: multiply by a cached [D, V] copy of the weights instead (the fast engine on
-        CPU: MKL's float32 GEMM reads that layout about 1.5x faster for few rows and gives every row the
-        same bits as `lm_head`; measured, and held by the fast engine's tests). It costs one more copy of the
-        output weights in memory, made on first use.
+    def row_logits(self, rows: torch.Tensor, block_shape: tuple[int, int]) -> torch.Tensor | None:
+        """Logits [N, V] of hidden rows [N, D] of a [B, L] block with the bits `output_logits` gives them in the
+        whole block, at a cost that follows N (float32 CPU: `cpu_logits.ExactRowLogits`); None where not available.
         """
-        head = self.model.lm_head
-        if not transposed_weights or getattr(head, "bias", None) is not None:
-            return head(hidden)
-        return hidden @ self._transposed_output_weight()
+        if self.device.type != "cpu":
+            return None
+        layer = getattr(self, "_row_logits", None)
+        if layer is None:
+            from .cpu_logits import ExactRowLogits
 
-    def _transposed_output_weight(self) -> torch.Tensor:
-        weight = self.model.lm_head.weight
-        key = (weight.data_ptr(), weight._version, weight.dtype, weight.device)
-        cached = getattr(self, "_output_weight_t", None)
-        if cached is None or cached[0] != key:
-            cached = (key, weight.detach().t().contiguous())
-            self._output_weight_t = cached
-        return cached[1]
+            layer = self._row_logits = ExactRowLogits(self.model.lm_head)
+        return layer(rows, block_shape)
