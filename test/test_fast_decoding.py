@@ -7,12 +7,14 @@ model) and compares token ids and per-block step counts.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 
 import pytest
 import torch
 from core_helpers import can_build_row_kernel, noise_image, tiny_checkpoint
 
+from wam_diff2_ros.core import cpu_kernels
 from wam_diff2_ros.core.checkpoint import inspect_checkpoint, load_model, load_processor
 from wam_diff2_ros.core.decoding import (
     DecodeCancelledError,
@@ -198,9 +200,10 @@ GRID = [
 ]
 
 
-def test_fast_engine_runs_masked_rows_through_the_row_kernel_and_without_it(tiny, monkeypatch):
-    """On CPU the output layer runs on the masked rows (core/cpu_logits.py); where that kernel answers None
-    (cannot be built, no chunking matches) every row goes through `lm_head`: the same tokens either way."""
+def test_fast_engine_runs_the_cpu_kernels_and_gives_the_same_tokens_without_them(tiny, monkeypatch):
+    """On CPU the output layer runs on the masked rows and the text layers' projections on the block through
+    core/cpu_kernels.py; where those kernels are unavailable (cannot be built, no chunking matches) every row
+    goes through the stock modules: the same tokens either way."""
     backbone, processor, conversations = tiny
     inputs = inputs_for(processor, conversations, "left")
     config = DecodeConfig(max_new_tokens=35, block_size=32, denoising_steps=32)
@@ -212,12 +215,22 @@ def test_fast_engine_runs_masked_rows_through_the_row_kernel_and_without_it(tiny
         answered.append((rows.shape[0], logits is not None))
         return logits
 
+    routed = []
+    kernel_forward = cpu_kernels._kernel_forward
+
+    def counted_linear(kernel, module, ends, block_shape, x):
+        routed.append(block_shape)
+        return kernel_forward(kernel, module, ends, block_shape, x)
+
     monkeypatch.setattr(BlockDiffusionBackbone, "row_logits", counted)
+    monkeypatch.setattr(cpu_kernels, "_kernel_forward", counted_linear)
     assert_same(both_engines(backbone, inputs, config))
     assert any(count < 3 * 32 for count, _ in answered)  # masked rows only, fewer than the block's
     if can_build_row_kernel(torch.backends.cpu.get_cpu_capability()):
         assert all(ok for _, ok in answered), "the row kernel builds here but was not used"
+        assert set(routed) == {(3, 32)}, "the text layers' projections did not run on the kernel"
     monkeypatch.setattr(BlockDiffusionBackbone, "row_logits", lambda self, rows, block_shape: None)
+    monkeypatch.setattr(BlockDiffusionBackbone, "block_kernels", lambda self, block_shape: contextlib.nullcontext())
     assert_same(both_engines(backbone, inputs, config))
 
 

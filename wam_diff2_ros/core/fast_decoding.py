@@ -8,9 +8,9 @@
   Qwen3-VL attention uses (`update`, `get_seq_length`) in 4.57 and 5.x; the stock `StaticCache` of 5.x
   ignores `cache_position`, so it cannot write a block at its own slots.
 - Logits only where read: none for the prompt or the commit pass; on CPU (float32) the output layer runs on
-  the still-masked rows only, through `BlockDiffusionBackbone.row_logits` (core/cpu_logits.py: a kernel that
-  gives each row the bits the exact engine's `lm_head` gives it in the whole block, probed on first use;
-  where it is unavailable, all rows go through `lm_head`).
+  the still-masked rows only (`BlockDiffusionBackbone.row_logits`) and the text layers' projections on the
+  block through `block_kernels`: core/cpu_kernels.py, kernels that give every output the bits the exact
+  engine's stock modules give it, probed on first use; where they are unavailable the stock modules run.
 - One device->host read per step (`open_rows`; on CPU the `nonzero` that also gives the masked rows).
 - CUDA graphs (CUDA only, `cuda_graphs`): the block forward + output layer is captured once per (batch,
   block size, capacity bucket of 256 tokens) and replayed for every denoising step and for the commit (whose
@@ -142,7 +142,8 @@ class FastRunner:
             return sample_tokens(logits, config.temperature, config.top_k, config.top_p, uniform=uniform)
         assert self.cache is not None
         self.cache.place(block_start, length)
-        hidden = self.backbone.step_hidden(tokens, positions, mask, self.cache)
+        with self.backbone.block_kernels((batch, length)):
+            hidden = self.backbone.step_hidden(tokens, positions, mask, self.cache)
         flat = hidden.reshape(total, -1)
         picked = flat if rows.numel() == total else flat.index_select(0, rows)
         logits = self.backbone.row_logits(picked, (batch, length))
@@ -164,7 +165,8 @@ class FastRunner:
         if self._replayed(tokens, positions, block_start) is not None:
             return
         self.cache.place(block_start, tokens.shape[1])
-        self.backbone.step_hidden(tokens, positions, mask, self.cache)
+        with self.backbone.block_kernels(tuple(tokens.shape)):
+            self.backbone.step_hidden(tokens, positions, mask, self.cache)
 
 
 class CudaGraphSteps:

@@ -1,4 +1,5 @@
-"""The fast engine's CPU output layer: the exact engine's logits, bit for bit, for any subset of a block's rows.
+"""The fast engine's CPU kernels: the exact engine's logits for any subset of a block's rows, and the text
+layers' projections on a block, bit for bit.
 
 The kernel is compiled with torch's extension builder (g++, ninja). Where this machine can build it, the tests
 require that it builds and matches `lm_head`; where it cannot (no compiler, no AVX2), they check the fallback.
@@ -10,7 +11,13 @@ import pytest
 import torch
 from core_helpers import can_build_row_kernel
 
-from wam_diff2_ros.core.cpu_logits import ExactRowLogits, candidate_chunkings, load_kernel, pack_weights
+from wam_diff2_ros.core.cpu_kernels import (
+    ExactLinears,
+    ExactRowLogits,
+    candidate_chunkings,
+    load_kernel,
+    pack_weights,
+)
 
 pytestmark = pytest.mark.core
 
@@ -104,10 +111,49 @@ def test_row_logits_decline_what_they_do_not_cover():
 @pytest.mark.slow
 @pytest.mark.skipif(ISA != "AVX512" or not can_build_row_kernel("AVX2"), reason="needs an AVX-512 CPU to also run AVX2")
 def test_the_avx2_variant_gives_the_same_bits():
-    """The variant for CPUs without AVX-512 (two 8-lane registers per tile), built and checked here too."""
+    """The variant for CPUs without AVX-512 (two 8-lane registers per 16 lanes), built and checked here too."""
     assert load_kernel("AVX2") is not None
     head = _head(151_936, 256, seed=5)
     hidden = torch.randn(1, 32, 256, generator=torch.Generator().manual_seed(6))
     rows = torch.tensor([0, 3, 7, 8, 9, 20, 31])
     logits = ExactRowLogits(head, isa="AVX2")(hidden[0][rows], (1, 32))
     assert logits is not None and torch.equal(logits, head(hidden)[0][rows])
+    module = _linear(1_024, 2_048, seed=7)
+    block = torch.randn(1, 32, 2_048, generator=torch.Generator().manual_seed(8))
+    with ExactLinears([module], isa="AVX2").installed((1, 32)):
+        assert "forward" in vars(module)
+        routed = module(block)
+    assert torch.equal(routed, module(block))
+
+
+def _linear(outs: int, width: int, seed: int) -> torch.nn.Linear:
+    return _head(outs, width, seed)
+
+
+@needs_kernel
+@pytest.mark.parametrize(
+    ("outs", "width", "block_shape"),
+    [(6_144, 2_048, (1, 32)), (2_048, 6_144, (1, 32)), (1_024, 2_048, (3, 32)), (1_001, 100, (1, 8)), (35, 64, (2, 6))],
+)
+def test_block_linears_are_bitwise_the_stock_ones_while_installed(outs, width, block_shape):
+    module = _linear(outs, width, seed=outs)
+    hidden = torch.randn(*block_shape, width, generator=torch.Generator().manual_seed(width)) * 2
+    stock = module(hidden)
+    linears = ExactLinears([module])
+    calls = []
+    with linears.installed(block_shape):
+        assert "forward" in vars(module), "no chunking matched the stock linear"
+        calls.append(module(hidden))
+        other = torch.randn(5, width)  # not a block's rows: the stock forward
+        assert torch.equal(module(other), torch.nn.functional.linear(other, module.weight))
+    assert "forward" not in vars(module)  # restored
+    assert torch.equal(calls[0], stock)
+
+
+def test_installed_linears_leave_what_they_do_not_cover_alone():
+    with_bias = torch.nn.Linear(16, 8)
+    half = torch.nn.Linear(16, 8, bias=False).to(torch.bfloat16)
+    linears = ExactLinears([with_bias, half, torch.nn.ReLU()])
+    with linears.installed((1, 4)):
+        assert "forward" not in vars(with_bias) and "forward" not in vars(half)
+    assert [type(m) for m in linears.modules] == [torch.nn.Linear, torch.nn.Linear]

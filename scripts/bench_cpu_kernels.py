@@ -1,10 +1,11 @@
-"""The fast engine's CPU output layer (core/cpu_logits.py) against `lm_head` (MKL), per row count.
+"""The fast engine's CPU kernels (core/cpu_kernels.py) against the stock modules (MKL), with a bit check.
 
-Random float32 weights [vocab, width]; for each row count: the median milliseconds of the kernel on that many
-rows of a 1 x 32 block and of `lm_head` on the same rows, and whether every logit has the same bits as
-`lm_head` on the whole block. Set OMP_NUM_THREADS; compare within one run.
+Random float32 weights. Output layer [vocab, width]: per row count, the median milliseconds of the kernel on
+that many rows of a 1 x 32 block and of `lm_head` on the same rows, and whether every logit has the bits
+`lm_head` gives it in the whole block. Projections (the 2B text layer's shapes, `--projections`): a 1 x 32
+block through the kernel and through `nn.Linear`. Set OMP_NUM_THREADS; compare within one run.
 
-    OMP_NUM_THREADS=2 python scripts/bench_row_logits.py --width 256 --width 2048
+    OMP_NUM_THREADS=2 python scripts/bench_cpu_kernels.py --width 256 --width 2048 --projections
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ from collections.abc import Callable
 
 import torch
 
-from wam_diff2_ros.core.cpu_logits import ExactRowLogits
+from wam_diff2_ros.core.cpu_kernels import ExactLinears, ExactRowLogits
+
+PROJECTIONS = ((2048, 2048), (1024, 2048), (6144, 2048), (2048, 6144))  # (out, in): q/o, k/v, gate/up, down
 
 
 def median_ms(run: Callable[[], object], repeats: int) -> float:
@@ -36,6 +39,7 @@ def main() -> int:
     parser.add_argument("--vocab", type=int, default=151_936)
     parser.add_argument("--rows", type=int, nargs="+", default=[4, 8, 16, 24, 32])
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--projections", action="store_true", help="also the 2B text layer's projections")
     args = parser.parse_args()
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {torch.backends.cpu.get_cpu_capability()}")
     all_same = True
@@ -60,6 +64,23 @@ def main() -> int:
                     f"{args.vocab} x {width}, {rows:2d} rows: kernel {kernel:7.1f} ms, lm_head {mkl:7.1f} ms "
                     f"({mkl / kernel:4.1f}x), same bits {same}"
                 )
+    for outs, width in PROJECTIONS if args.projections else ():
+        module = torch.nn.Linear(width, outs, bias=False)
+        block = torch.randn(1, 32, width, generator=torch.Generator().manual_seed(outs))
+        with torch.no_grad():
+            stock_out = module(block)
+            stock = median_ms(lambda module=module, block=block: module(block), args.repeats)
+            with ExactLinears([module]).installed((1, 32)):
+                if "forward" not in vars(module):
+                    print(f"{width} -> {outs}: the kernel is unavailable or matches no chunking here")
+                    return 1
+                same = torch.equal(module(block), stock_out)
+                kernel = median_ms(lambda module=module, block=block: module(block), args.repeats)
+        all_same &= same
+        print(
+            f"projection {width} -> {outs}, 32 rows: kernel {kernel:6.2f} ms, nn.Linear {stock:6.2f} ms "
+            f"({stock / kernel:4.1f}x), same bits {same}"
+        )
     return 0 if all_same else 1
 
 
