@@ -163,13 +163,18 @@ torch::Tensor chunked_linear(torch::Tensor x, torch::Tensor w, std::vector<int64
   TORCH_CHECK(!ends.empty() && ends.back() == width, "chunks must end at the width");
   const int V = rows <= LANES ? 1 : 2;
   const int64_t group = V * LANES, groups = (rows + group - 1) / group;
-  auto xt = torch::zeros({groups, width, group}, x.options());
-  for (int64_t g = 0; g < groups; ++g) {
-    const int64_t count = std::min<int64_t>(group, rows - g * group);
-    xt[g].narrow(1, 0, count).copy_(x.narrow(0, g * group, count).t());
-  }
+  x = x.contiguous();
+  auto xt = torch::empty({groups, width, group}, x.options());  // rows transposed into lanes, zero padded
+  float* xtp = xt.data_ptr<float>();
+  const float* xs = x.data_ptr<float>();
+  for (int64_t g = 0; g < groups; ++g)
+    for (int64_t k = 0; k < width; ++k)
+      for (int64_t r = 0; r < group; ++r) {
+        const int64_t row = g * group + r;
+        xtp[(g * width + k) * group + r] = row < rows ? xs[row * width + k] : 0.0f;
+      }
   auto out = torch::empty({rows, outs}, x.options());
-  const float* xp = xt.data_ptr<float>();
+  const float* xp = xtp;
   const float* wp = w.data_ptr<float>();
   float* op = out.data_ptr<float>();
   constexpr int NB = 4;
