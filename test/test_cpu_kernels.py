@@ -7,10 +7,13 @@ require that it builds and matches `lm_head`; where it cannot (no compiler, no A
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 import torch
 from core_helpers import can_build_row_kernel
 
+from wam_diff2_ros.core import cpu_kernels
 from wam_diff2_ros.core.cpu_kernels import (
     ExactLinears,
     ExactRowLogits,
@@ -157,3 +160,18 @@ def test_installed_linears_leave_what_they_do_not_cover_alone():
     with linears.installed((1, 4)):
         assert "forward" not in vars(with_bias) and "forward" not in vars(half)
     assert [type(m) for m in linears.modules] == [torch.nn.Linear, torch.nn.Linear]
+
+
+def test_a_kernel_build_that_fails_leaves_the_stock_layers(monkeypatch, caplog):
+    """A failed build (here: an option g++ rejects) is logged once and the callers get None / stock modules."""
+    monkeypatch.setattr(cpu_kernels, "_KERNELS", {})
+    monkeypatch.setattr(cpu_kernels, "kernel_flags", lambda isa: ["-fno-such-option-in-any-compiler"])
+    with caplog.at_level(logging.WARNING, logger=cpu_kernels.__name__):
+        assert load_kernel("BROKEN") is None
+        assert load_kernel("BROKEN") is None  # remembered: no second build
+    assert sum("CPU kernels unavailable" in record.getMessage() for record in caplog.records) == 1
+    head = _head(100, 16, seed=0)
+    assert ExactRowLogits(head, isa="BROKEN")(torch.randn(2, 16), (1, 2)) is None
+    module = _linear(8, 16, seed=1)
+    with ExactLinears([module], isa="BROKEN").installed((1, 2)):
+        assert "forward" not in vars(module)
