@@ -29,11 +29,12 @@ ISA = torch.backends.cpu.get_cpu_capability()
 needs_kernel = pytest.mark.skipif(not can_build_row_kernel(ISA), reason=f"cannot build the kernel here ({ISA})")
 
 
-def _head(vocab: int, width: int, seed: int) -> torch.nn.Linear:
-    head = torch.nn.Linear(width, vocab, bias=False)
+def _linear(outs: int, width: int, seed: int) -> torch.nn.Linear:
+    """A bias-free float32 layer with seeded weights (an output layer or a projection)."""
+    layer = torch.nn.Linear(width, outs, bias=False)
     with torch.no_grad():
-        head.weight.copy_(torch.randn(vocab, width, generator=torch.Generator().manual_seed(seed)) * 0.05)
-    return head
+        layer.weight.copy_(torch.randn(outs, width, generator=torch.Generator().manual_seed(seed)) * 0.05)
+    return layer
 
 
 def test_candidate_chunkings():
@@ -63,7 +64,7 @@ def test_packed_weights_hold_every_column_in_tiles_of_16():
     ],
 )
 def test_row_logits_are_bitwise_lm_head_in_the_whole_block(vocab, width, block_shape):
-    head = _head(vocab, width, seed=width)
+    head = _linear(vocab, width, seed=width)
     generator = torch.Generator().manual_seed(vocab)
     hidden = torch.randn(*block_shape, width, generator=generator) * 3
     full = head(hidden).reshape(-1, vocab)
@@ -81,7 +82,7 @@ def test_row_logits_are_bitwise_lm_head_in_the_whole_block(vocab, width, block_s
 
 @needs_kernel
 def test_row_logits_follow_in_place_weight_changes():
-    head = _head(2_000, 64, seed=1)
+    head = _linear(2_000, 64, seed=1)
     hidden = torch.randn(1, 8, 64, generator=torch.Generator().manual_seed(2))
     layer = ExactRowLogits(head)
     assert torch.equal(layer(hidden[0], (1, 8)), head(hidden)[0])
@@ -104,7 +105,7 @@ def test_a_layer_no_chunking_reproduces_gets_none():
 
 
 def test_row_logits_decline_what_they_do_not_cover():
-    head = _head(100, 16, seed=0)
+    head = _linear(100, 16, seed=0)
     assert ExactRowLogits(head)(torch.randn(2, 16, dtype=torch.float64), (1, 2)) is None
     with_bias = torch.nn.Linear(16, 100)
     assert ExactRowLogits(with_bias)(torch.randn(2, 16), (1, 2)) is None
@@ -116,7 +117,7 @@ def test_row_logits_decline_what_they_do_not_cover():
 def test_the_avx2_variant_gives_the_same_bits():
     """The variant for CPUs without AVX-512 (two 8-lane registers per 16 lanes), built and checked here too."""
     assert load_kernel("AVX2") is not None
-    head = _head(151_936, 256, seed=5)
+    head = _linear(151_936, 256, seed=5)
     hidden = torch.randn(1, 32, 256, generator=torch.Generator().manual_seed(6))
     rows = torch.tensor([0, 3, 7, 8, 9, 20, 31])
     logits = ExactRowLogits(head, isa="AVX2")(hidden[0][rows], (1, 32))
@@ -127,10 +128,6 @@ def test_the_avx2_variant_gives_the_same_bits():
         assert "forward" in vars(module)
         routed = module(block)
     assert torch.equal(routed, module(block))
-
-
-def _linear(outs: int, width: int, seed: int) -> torch.nn.Linear:
-    return _head(outs, width, seed)
 
 
 @needs_kernel
@@ -170,7 +167,7 @@ def test_a_kernel_build_that_fails_leaves_the_stock_layers(monkeypatch, caplog):
         assert load_kernel("BROKEN") is None
         assert load_kernel("BROKEN") is None  # remembered: no second build
     assert sum("CPU kernels unavailable" in record.getMessage() for record in caplog.records) == 1
-    head = _head(100, 16, seed=0)
+    head = _linear(100, 16, seed=0)
     assert ExactRowLogits(head, isa="BROKEN")(torch.randn(2, 16), (1, 2)) is None
     module = _linear(8, 16, seed=1)
     with ExactLinears([module], isa="BROKEN").installed((1, 2)):

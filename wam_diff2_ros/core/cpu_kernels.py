@@ -301,7 +301,7 @@ class ExactRowLogits:
         if kernel is None:
             return None
         packed = self._packed_weights()
-        key = (self._weight_key(), block_shape, torch.get_num_threads())
+        key = (tuple(packed.shape), block_shape, torch.get_num_threads())  # the chunking follows shapes, not values
         if key not in self._chunks:
             self._chunks[key] = self._probe(kernel, packed, block_shape)
         ends = self._chunks[key]
@@ -322,7 +322,7 @@ class ExactRowLogits:
     @torch.no_grad()
     def _probe(self, kernel: Any, packed: torch.Tensor, block_shape: tuple[int, int]) -> tuple[int, ...] | None:
         vocab, width = self.head.weight.shape
-        probe = torch.randn(*block_shape, width, generator=torch.Generator().manual_seed(0))
+        probe = _probe_block(block_shape, width)
         reference = self.head(probe).reshape(-1, vocab)
         flat = probe.reshape(-1, width)
 
@@ -368,7 +368,7 @@ class ExactLinears:
         key = (outs, width, block_shape, torch.get_num_threads())
         if key not in self._chunks:
             with torch.no_grad():
-                probe = torch.randn(*block_shape, width, generator=torch.Generator().manual_seed(0))
+                probe = _probe_block(block_shape, width)
                 weight = module.weight.detach()
                 reference = torch.nn.functional.linear(probe, weight).reshape(-1, outs)
                 flat = probe.reshape(-1, width)
@@ -379,6 +379,11 @@ class ExactLinears:
                 self._chunks[key] = find_chunking(run, reference, width)
             LOG.info("CPU linear kernel %d -> %d for blocks %s: chunks %s", width, outs, block_shape, self._chunks[key])
         return self._chunks[key]
+
+
+def _probe_block(block_shape: tuple[int, int], width: int) -> torch.Tensor:
+    """The random [B, L, width] rows a chunking is probed on (fixed seed: the same probe every time)."""
+    return torch.randn(*block_shape, width, generator=torch.Generator().manual_seed(0))
 
 
 def _covered(module: torch.nn.Module) -> bool:

@@ -126,9 +126,14 @@ class FastRunner:
         logits = self._replayed(tokens, positions, block_start)
         if logits is not None:
             return logits
+        return self.backbone.output_logits(self._hidden(tokens, positions, mask, block_start))
+
+    def _hidden(self, tokens, positions, mask, block_start: int) -> torch.Tensor:
+        """The block's last hidden states from an eager forward writing its slots (CPU kernels where they apply)."""
+        assert self.cache is not None
         self.cache.place(block_start, tokens.shape[1])
-        hidden = self.backbone.step_hidden(tokens, positions, mask, self.cache)
-        return self.backbone.output_logits(hidden)
+        with self.backbone.block_kernels(tuple(tokens.shape)):
+            return self.backbone.step_hidden(tokens, positions, mask, self.cache)
 
     def propose(self, tokens, positions, mask, block_start: int, rows: Any, config: DecodeConfig, generator):
         """Per position a proposal and its probability; on CPU the output layer runs on masked rows only."""
@@ -140,10 +145,7 @@ class FastRunner:
         if isinstance(rows, str):
             logits = self._block_logits(tokens, positions, mask, block_start)
             return sample_tokens(logits, config.temperature, config.top_k, config.top_p, uniform=uniform)
-        assert self.cache is not None
-        self.cache.place(block_start, length)
-        with self.backbone.block_kernels((batch, length)):
-            hidden = self.backbone.step_hidden(tokens, positions, mask, self.cache)
+        hidden = self._hidden(tokens, positions, mask, block_start)
         flat = hidden.reshape(total, -1)
         picked = flat if rows.numel() == total else flat.index_select(0, rows)
         logits = self.backbone.row_logits(picked, (batch, length))
@@ -164,9 +166,7 @@ class FastRunner:
         # the captured step writes the block's keys/values exactly as a commit does; its logits go unread
         if self._replayed(tokens, positions, block_start) is not None:
             return
-        self.cache.place(block_start, tokens.shape[1])
-        with self.backbone.block_kernels(tuple(tokens.shape)):
-            self.backbone.step_hidden(tokens, positions, mask, self.cache)
+        self._hidden(tokens, positions, mask, block_start)
 
 
 class CudaGraphSteps:
