@@ -6,10 +6,11 @@
 #
 # Steps (a failing step is reported and the next one still runs; the exit status is 1 if any failed):
 #   1. wam-diff2-bench on the full WAM-Diff2 2B architecture (random weights), bfloat16, one 1920x1080 image
-#      (1980 visual tokens), default decoding: exact vs fast (CUDA graphs) in one run
-#   2. test/test_fast_decoding_cuda.py: fast == exact tokens in float32 on CUDA, with and without CUDA graphs
-#   3. scripts/engine_agreement.py: demo model, bfloat16, 24 varied plans: identical sequences / total
-#   4. the benchmark of step 1 with the fast engine without CUDA graphs
+#      (1980 visual tokens), default decoding: exact vs fast (CUDA graphs) vs fast-compiled (the fast engine
+#      with its fused step kernels, torch_compile) in one run
+#   2. scripts/engine_agreement.py: demo model, bfloat16, 24 varied plans: identical sequences / total
+#   3. test/test_fast_decoding_cuda.py: fast == exact tokens in float32 on CUDA, with and without CUDA graphs
+#   4. scripts/profile_step.py: the captured step's replay time and kernels by kind, fast and fast-compiled
 #
 # Environment: PYTHON (default .venv/bin/python, else python3), OUT (default .), ITERATIONS (default 5),
 # CUDA_TORCH_SPEC (default "torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128").
@@ -56,16 +57,16 @@ fi
 'transformers', transformers.__version__, 'cuda', torch.version.cuda)"
 
 # the figures first: if time runs out, the later checks are what is lost
-step "exact vs fast (CUDA graphs where available)" 240 \
-  "$PYTHON" -m wam_diff2_ros.cli.bench "${bench[@]}" --engine exact --engine fast --json "$OUT/bench_gpu.json"
-step "fast == exact on CUDA, float32 (skipped without CUDA)" 120 \
-  "$PYTHON" -m pytest -q -p no:cacheprovider -x test/test_fast_decoding_cuda.py
+step "exact vs fast vs fast-compiled" 240 \
+  "$PYTHON" -m wam_diff2_ros.cli.bench "${bench[@]}" --engine exact --engine fast --engine fast-compiled \
+  --json "$OUT/bench_gpu.json"
 step "demo model agreement, $agreement_dtype" 90 \
   "$PYTHON" scripts/engine_agreement.py --model demo --device "$device" --dtype "$agreement_dtype" \
-  --prompts "$prompts" --json "$OUT/agreement.json"
-step "fast without CUDA graphs" 90 \
-  "$PYTHON" -m wam_diff2_ros.cli.bench "${bench[@]}" --engine fast --no-cuda-graphs --no-counters \
-  --json "$OUT/bench_gpu_nographs.json"
+  --prompts "$prompts" --compiled --json "$OUT/agreement.json"
+step "fast == exact on CUDA, float32 (skipped without CUDA)" 120 \
+  "$PYTHON" -m pytest -q -p no:cacheprovider -x test/test_fast_decoding_cuda.py
+step "step graph profile" 90 \
+  "$PYTHON" scripts/profile_step.py "${bench[@]}" --engine fast --engine fast-compiled --json "$OUT/profile.json"
 
 if [ ${#failed[@]} -gt 0 ]; then
   echo "bench_gpu.sh: failed steps: ${failed[*]}"

@@ -2,7 +2,8 @@
 
 For bfloat16 on a GPU, where identical tokens are measured rather than asserted (README, issue 9). Each prompt
 has its own noise image, command, velocity and acceleration; each is decoded alone (batch 1) by the exact
-engine, the fast engine without CUDA graphs and, on CUDA, with them. Prints the counts, the first differing
+engine, the fast engine without CUDA graphs and, on CUDA, with them and with its fused kernels (`torch_compile`, not
+bit-identical; `--compiled` adds them on other devices). Prints the counts, the first differing
 position of each disagreement, and writes them to --json.
 
     python scripts/engine_agreement.py --model demo --device cuda --dtype bfloat16 --prompts 24
@@ -34,12 +35,15 @@ def main() -> int:
     parser.add_argument("--width", type=int, default=640)
     parser.add_argument("--height", type=int, default=360)
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--compiled", action="store_true", help="also the fused kernels off CUDA")
     args = parser.parse_args()
 
     engine = Engine.load(resolve_model(args.model), device=args.device, dtype=args.dtype)
     variants = {"fast (no graphs)": {"engine": "fast", "cuda_graphs": False}}
     if engine.device.type == "cuda":
         variants["fast (CUDA graphs)"] = {"engine": "fast", "cuda_graphs": True}
+    if engine.device.type == "cuda" or args.compiled:
+        variants["fast-compiled"] = {"engine": "fast", "cuda_graphs": True, "torch_compile": True}
     rng = np.random.default_rng(7)
     counts = {name: {"identical": 0, "same_steps": 0, "differences": []} for name in variants}
     for index in range(args.prompts):

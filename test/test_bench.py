@@ -47,8 +47,13 @@ def test_gpu_bench_script_runs_its_tiny_cpu_mode(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     assert "tokens identical: True" in done.stdout
     figures = json.loads((tmp_path / "bench_gpu.json").read_text())
-    assert set(figures["engines"]) == {"exact", "fast"} and figures["tokens_identical"]
-    assert (tmp_path / "bench_gpu_nographs.json").exists()
+    assert set(figures["engines"]) == {"exact", "fast", "fast-compiled"} and figures["tokens_identical"]
+    assert isinstance(figures["compiled_tokens_identical"], bool) and figures["compiled_speedup"] > 0
+    assert figures["engines"]["fast-compiled"]["ops_per_step"] is None  # fused kernels are no aten ops
+    assert "fast-compiled: tokens identical" in done.stdout
+    agreement = json.loads((tmp_path / "agreement.json").read_text())
+    assert set(agreement["variants"]) == {"fast (no graphs)", "fast-compiled"}
+    assert json.loads((tmp_path / "profile.json").read_text()) == {}  # no CUDA graphs to profile on CPU
 
 
 def test_bench_flags_are_kebab_case_and_old_underscore_spellings_still_parse():

@@ -146,10 +146,11 @@ def run_bucket_steps_on_cpu(monkeypatch, store):
     """Make the fast engine on CPU run every step through `store` (a `CudaGraphSteps(capture=False)`): the
     computation a CUDA graph holds, all rows' logits, eagerly."""
 
-    def init(self, backbone, cuda_graphs=True):
+    def init(self, backbone, cuda_graphs=True, torch_compile=False):
         self.backbone, self.device, self.masked_rows_only, self.cache, self.graphs = (
             backbone, backbone.device, False, None, store
         )  # fmt: skip
+        self.torch_compile = torch_compile
 
     monkeypatch.setattr(FastRunner, "__init__", init)
 

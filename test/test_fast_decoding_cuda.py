@@ -96,3 +96,18 @@ def test_graph_replays_read_the_device_at_most_once_per_step(tiny_cuda):
     assert sum(out.steps_per_block) >= 4
     assert counter.by_phase["step"] <= sum(step_phases)  # one read per denoising iteration at most
     assert counter.by_phase.get("block", 0) <= len(out.steps_per_block)
+
+
+def test_fused_kernels_are_captured_into_the_step_graphs(tiny_cuda):
+    """`torch_compile`: the compiled chains (Triton kernels) are captured into their own step graphs and decode
+    whole plans (not bit-identical, so the tokens are measured by scripts/engine_agreement.py, not asserted)."""
+    backbone, processor, conversations = tiny_cuda
+    inputs = inputs_for(processor, conversations, "left")
+    config = DecodeConfig(max_new_tokens=20, block_size=8, engine="fast")
+    stock = decode(backbone, inputs, config)
+    fused = decode(backbone, inputs, config.with_overrides(torch_compile=True))
+    store = backbone._cuda_graph_steps
+    assert store.enabled and not backbone._fused_ops.failed
+    assert {key[3] for key in store.graphs} == {False, True}  # one graph per (shape, fused)
+    assert fused.sequences.shape == stock.sequences.shape
+    assert len(fused.steps_per_block) == len(stock.steps_per_block)

@@ -5,6 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 
+def _cell(value: float | None) -> str:
+    return f"{'-':>14}" if value is None else f"{value:>14.2f}"
+
+
 def print_figures(figures: dict[str, Any]) -> None:
     """Human-readable table, one column per engine."""
     print(
@@ -25,9 +29,17 @@ def print_figures(figures: dict[str, Any]) -> None:
         "peak_memory_mb",
     ):
         if key in figures["engines"][names[0]]:
-            print(f"{key:<24}" + "".join(f"{figures['engines'][n][key]:>14.2f}" for n in names))
+            print(f"{key:<24}" + "".join(_cell(figures["engines"][n].get(key)) for n in names))
     print("steps per block: " + "; ".join(f"{n} {figures['engines'][n]['steps_per_block']}" for n in names))
     line = f"tokens identical: {figures['tokens_identical']}"
     if "speedup" in figures:
         line += f", speedup (total p50) {figures['speedup']:.2f}x, denoise per step {figures['denoise_speedup']:.2f}x"
     print(line)
+    if "compiled_tokens_identical" in figures:
+        line = f"fast-compiled: tokens identical {figures['compiled_tokens_identical']}"
+        if "compiled_speedup" in figures:
+            line += (
+                f", speedup (total p50) {figures['compiled_speedup']:.2f}x,"
+                f" denoise per step {figures['compiled_denoise_speedup']:.2f}x"
+            )
+        print(line)

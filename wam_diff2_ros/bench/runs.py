@@ -18,6 +18,9 @@ from typing import Any
 
 import numpy as np
 
+COMPILED = "fast-compiled"  # the fast engine with DecodeConfig.torch_compile (fused kernels; not bit-identical)
+ENGINE_CHOICES = ("exact", "fast", "auto", COMPILED)
+
 
 @dataclass(frozen=True)
 class BenchSettings:
@@ -128,7 +131,8 @@ def counted_run(engine: Any, conversations: list, decode: Any) -> dict[str, floa
         "host_syncs_per_step": reads.by_phase.get("step", 0) / max(1, iterations[0]),
         "host_syncs_per_block": reads.by_phase.get("block", 0) / blocks,
         "host_syncs_total": reads.total,
-        "ops_per_step": ops.get("step", 0) / steps,
+        # fused kernels are no aten ops (and run unfused under the counter): not counted for them
+        "ops_per_step": None if decode.torch_compile else ops.get("step", 0) / steps,
     }
 
 
@@ -173,12 +177,11 @@ def measure_engine(engine: Any, conversations: list, decode: Any, settings: Benc
     return figures
 
 
-def run(settings: BenchSettings) -> dict[str, Any]:
-    """Measure every requested engine on the same inputs and return the figures."""
+def workload(settings: BenchSettings) -> tuple[list, Any]:
+    """The benchmark's inputs: `batch` planning conversations on seeded noise frames, and the base decoding."""
     from wam_diff2_ros.core.decoding import DecodeConfig
     from wam_diff2_ros.core.prompts import build_messages, build_planning_prompt
 
-    engine = load_engine(settings)
     rng = np.random.default_rng(0)
     frames = [
         rng.integers(0, 256, (settings.height, settings.width, 3), dtype=np.uint8) for _ in range(settings.cameras)
@@ -203,6 +206,13 @@ def run(settings: BenchSettings) -> dict[str, Any]:
         confidence_threshold=settings.confidence_threshold,
         cuda_graphs=False if settings.no_cuda_graphs else None,
     )
+    return conversations, base
+
+
+def run(settings: BenchSettings) -> dict[str, Any]:
+    """Measure every requested engine on the same inputs and return the figures."""
+    engine = load_engine(settings)
+    conversations, base = workload(settings)
     first = engine.generate_conversations(conversations[:1], base.with_overrides(engine="exact"), padding_side="left")
     figures: dict[str, Any] = {
         "model": _model_name(settings, engine),
@@ -218,14 +228,26 @@ def run(settings: BenchSettings) -> dict[str, Any]:
         "engines": {},
     }
     for name in settings.engine:
-        figures["engines"][name] = measure_engine(engine, conversations, base.with_overrides(engine=name), settings)
-    results = list(figures["engines"].values())
-    figures["tokens_identical"] = all(
-        r["sequences"] == results[0]["sequences"] and r["steps_per_block"] == results[0]["steps_per_block"]
-        for r in results
-    )
-    if "exact" in figures["engines"] and "fast" in figures["engines"]:
-        exact, fast = figures["engines"]["exact"], figures["engines"]["fast"]
-        figures["speedup"] = exact["total_ms"] / fast["total_ms"]
-        figures["denoise_speedup"] = exact["denoise_ms_per_step"] / fast["denoise_ms_per_step"]
+        figures["engines"][name] = measure_engine(engine, conversations, engine_config(base, name), settings)
+    engines = figures["engines"]
+    results = [r for n, r in engines.items() if n != COMPILED] or list(engines.values())
+    figures["tokens_identical"] = all(_same_tokens(r, results[0]) for r in results)
+    if COMPILED in engines and len(engines) > 1:
+        figures["compiled_tokens_identical"] = _same_tokens(engines[COMPILED], results[0])
+    for name, key in (("fast", ""), (COMPILED, "compiled_")):
+        if "exact" in engines and name in engines:
+            exact, other = engines["exact"], engines[name]
+            figures[f"{key}speedup"] = exact["total_ms"] / other["total_ms"]
+            figures[f"{key}denoise_speedup"] = exact["denoise_ms_per_step"] / other["denoise_ms_per_step"]
     return figures
+
+
+def engine_config(base: Any, name: str) -> Any:
+    """The decoding config of a benchmarked engine name (`COMPILED`: the fast engine with fused kernels)."""
+    if name == COMPILED:
+        return base.with_overrides(engine="fast", torch_compile=True)
+    return base.with_overrides(engine=name)
+
+
+def _same_tokens(result: dict[str, Any], other: dict[str, Any]) -> bool:
+    return result["sequences"] == other["sequences"] and result["steps_per_block"] == other["steps_per_block"]

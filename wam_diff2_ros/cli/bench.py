@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from wam_diff2_ros.bench import BenchSettings, print_figures, run
+from wam_diff2_ros.bench.runs import COMPILED, ENGINE_CHOICES
 
 _DEFAULTS = BenchSettings()
 
@@ -49,9 +50,10 @@ def build_parser() -> argparse.ArgumentParser:
         parser,
         "--engine",
         action="append",
-        choices=("exact", "fast", "auto"),
+        choices=ENGINE_CHOICES,
         default=None,
-        help="decoding engine; repeat to compare engines on the same inputs (default: auto)",
+        help=f"decoding engine; repeat to compare engines on the same inputs (default: auto); {COMPILED}: the "
+        "fast engine with fused step kernels (torch_compile; not bit-identical)",
     )
     _add(parser, "--no-cuda-graphs", action="store_true", help="fast engine on CUDA without graphs")
     _add(parser, "--max-new-tokens", type=int, default=None)

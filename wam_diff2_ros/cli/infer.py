@@ -62,6 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
         "block), auto = fast where shown token-identical (CPU float32, CUDA float32/bfloat16), else exact",
     )
     parser.add_argument("--no_cuda_graphs", action="store_true", help="fast engine on CUDA without CUDA graphs")
+    parser.add_argument(
+        "--torch_compile", action="store_true", help="fast engine: fused step kernels (not bit-identical to exact)"
+    )
     parser.add_argument("--min_pixels", type=int, default=DEFAULT_MIN_PIXELS)
     parser.add_argument("--max_pixels", type=int, default=DEFAULT_MAX_PIXELS)
     parser.add_argument("--device", default="auto", help="auto | cpu | cuda[:N] | npu[:N] (default: auto)")
@@ -101,6 +104,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 seed=args.seed,
                 engine=args.engine,
                 cuda_graphs=not args.no_cuda_graphs,
+                torch_compile=args.torch_compile,
             )
         except DecodeConfigError as exc:
             raise UsageError(str(exc)) from None

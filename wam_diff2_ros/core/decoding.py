@@ -62,6 +62,7 @@ class DecodeConfig:
     seed: int | None = None
     engine: str = "auto"  # exact | fast | auto (fast where shown token-identical: FAST_BY_DEFAULT)
     cuda_graphs: bool = True  # fast engine on CUDA: replay captured denoising steps
+    torch_compile: bool = False  # fast engine: fused step kernels (core/fused_ops.py); not bit-identical to exact
     mask_token_id: int = MASK_TOKEN_ID
     eos_token_id: int = EOS_TOKEN_ID
 
@@ -299,7 +300,7 @@ def block_diffusion_decode(
     if resolve_engine(config.engine, device, backbone.dtype) == "fast":
         from .fast_decoding import FastRunner
 
-        runner: Any = FastRunner(backbone, cuda_graphs=config.cuda_graphs)
+        runner: Any = FastRunner(backbone, cuda_graphs=config.cuda_graphs, torch_compile=config.torch_compile)
     else:
         runner = ExactRunner(backbone)
 

@@ -17,10 +17,13 @@
   logits go unread); the attention then spans the whole bucket with the unused slots masked out, which
   changes the reduction length, so identical tokens are not guaranteed there in principle (measured
   identical on an H200: README). Capture failures fall back to eager steps with a log line.
+- Opt-in fused kernels (`torch_compile`, core/fused_ops.py): the step's norms, rotary embedding and MLP gates
+  compiled into one kernel each, in eager steps and in the graphs. Not bit-identical (agreement: README).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import Any
 
@@ -85,8 +88,9 @@ def capacity_bucket(tokens: int, quantum: int = CAPACITY_QUANTUM) -> int:
 class FastRunner:
     """Executes the decoder's steps on a static cache; same interface as `decoding.ExactRunner`."""
 
-    def __init__(self, backbone: BlockDiffusionBackbone, cuda_graphs: bool = True) -> None:
+    def __init__(self, backbone: BlockDiffusionBackbone, cuda_graphs: bool = True, torch_compile: bool = False) -> None:
         self.backbone = backbone
+        self.torch_compile = torch_compile
         self.device = backbone.device
         self.masked_rows_only = self.device.type == "cpu"  # fixed shapes elsewhere (weights-bound layer, graphs)
         self.graphs: CudaGraphSteps | None = None
@@ -119,7 +123,7 @@ class FastRunner:
         if self.graphs is None or not self.graphs.enabled:
             return None
         assert self.cache is not None
-        return self.graphs.run(self.cache, tokens, positions, block_start, self.backbone)
+        return self.graphs.run(self.cache, tokens, positions, block_start, self.backbone, self.torch_compile)
 
     def _block_logits(self, tokens, positions, mask, block_start: int) -> torch.Tensor:
         assert self.cache is not None
@@ -132,7 +136,7 @@ class FastRunner:
         """The block's last hidden states from an eager forward writing its slots (CPU kernels where they apply)."""
         assert self.cache is not None
         self.cache.place(block_start, tokens.shape[1])
-        with self.backbone.block_kernels(tuple(tokens.shape)):
+        with self.backbone.block_kernels(tuple(tokens.shape)), step_ops(self.backbone, self.torch_compile):
             return self.backbone.step_hidden(tokens, positions, mask, self.cache)
 
     def propose(self, tokens, positions, mask, block_start: int, rows: Any, config: DecodeConfig, generator):
@@ -169,8 +173,13 @@ class FastRunner:
         self._hidden(tokens, positions, mask, block_start)
 
 
+def step_ops(backbone: BlockDiffusionBackbone, torch_compile: bool) -> contextlib.AbstractContextManager[Any]:
+    """The fused kernels around a step's forward when `torch_compile` is on, else nothing."""
+    return backbone.fused_ops() if torch_compile else contextlib.nullcontext()
+
+
 class CudaGraphSteps:
-    """Captured denoising forwards (block forward + output layer) per (batch, block, capacity bucket).
+    """Captured denoising forwards (block forward + output layer) per (batch, block, capacity bucket, fused).
 
     `capture=False` runs the very computation a graph would hold eagerly, on any device: the step over the
     whole bucket with the slots past the block masked out (what CPU tests check against the exact engine).
@@ -208,16 +217,18 @@ class CudaGraphSteps:
                 del self.graphs[graph_key]
         return cache
 
-    def run(self, cache: StaticKVCache, tokens, positions, block_start: int, backbone) -> torch.Tensor | None:
+    def run(
+        self, cache: StaticKVCache, tokens, positions, block_start: int, backbone, fused: bool = False
+    ) -> torch.Tensor | None:
         """Replay (capturing on first use) the step for this shape; None (eager fallback) if capture fails."""
         batch, length = tokens.shape
-        key = (batch, length, cache.capacity)
+        key = (batch, length, cache.capacity, fused)
         entry = self.graphs.get(key)
         if entry is None:
             entry = self._static_inputs(cache, tokens, positions, block_start)
             if self.capture:
                 try:
-                    self._capture(entry, cache, block_start, backbone)
+                    self._capture(entry, cache, block_start, backbone, fused)
                 except Exception as exc:  # any capture failure: run eagerly from now on
                     LOG.warning("CUDA graph capture failed (%s); fast engine continues without graphs", exc)
                     self.enabled = False
@@ -225,7 +236,7 @@ class CudaGraphSteps:
             self.graphs[key] = entry
         self._load(entry, tokens, positions, block_start)
         if not self.capture:
-            return self._bucket_step(entry, cache, block_start, backbone)
+            return self._bucket_step(entry, cache, block_start, backbone, fused)
         entry["graph"].replay()
         return entry["logits"]
 
@@ -252,22 +263,25 @@ class CudaGraphSteps:
         entry["mask"].copy_(entry["slots"] < block_start + length)
 
     @staticmethod
-    def _bucket_step(entry: dict[str, Any], cache: StaticKVCache, block_start: int, backbone) -> torch.Tensor:
+    def _bucket_step(
+        entry: dict[str, Any], cache: StaticKVCache, block_start: int, backbone, fused: bool
+    ) -> torch.Tensor:
         """What a graph holds: the block forward attending over the whole bucket (masked), then the logits."""
         cache.write_positions = entry["write"]
         cache.start, cache.attend = block_start, cache.capacity
-        hidden = backbone.step_hidden(entry["tokens"], entry["positions"], entry["mask"], cache)
+        with step_ops(backbone, fused):
+            hidden = backbone.step_hidden(entry["tokens"], entry["positions"], entry["mask"], cache)
         return backbone.output_logits(hidden)
 
-    def _capture(self, entry: dict[str, Any], cache: StaticKVCache, block_start: int, backbone) -> None:
+    def _capture(self, entry: dict[str, Any], cache: StaticKVCache, block_start: int, backbone, fused: bool) -> None:
         device = entry["tokens"].device
         stream = torch.cuda.Stream(device)
         stream.wait_stream(torch.cuda.current_stream(device))
         with torch.cuda.stream(stream):
             for _ in range(2):  # warm-up outside the graph (allocator, lazy inits)
-                self._bucket_step(entry, cache, block_start, backbone)
+                self._bucket_step(entry, cache, block_start, backbone, fused)
         torch.cuda.current_stream(device).wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            entry["logits"] = self._bucket_step(entry, cache, block_start, backbone)
+            entry["logits"] = self._bucket_step(entry, cache, block_start, backbone, fused)
         entry["graph"] = graph

@@ -292,3 +292,13 @@ class BlockDiffusionBackbone:
 
             linears = self._exact_linears = ExactLinears(list(self.model.model.language_model.layers.modules()))
         return linears.installed(block_shape)
+
+    def fused_ops(self) -> contextlib.AbstractContextManager[None]:
+        """Within: the text model's norms, rotary embedding and MLP gates run as compiled kernels
+        (`fused_ops.FusedStepOps`, the fast engine's opt-in `torch_compile`; not bit-identical)."""
+        ops = getattr(self, "_fused_ops", None)
+        if ops is None:
+            from .fused_ops import FusedStepOps
+
+            ops = self._fused_ops = FusedStepOps(self.model.model.language_model)
+        return ops.installed()

@@ -214,6 +214,7 @@ class _Reader:
                 confidence_threshold=self.number("decoding.confidence_threshold", positive=True, maximum=1.0),
                 engine=self.text("decoding.engine", ENGINES),
                 cuda_graphs=self.boolean("decoding.cuda_graphs"),
+                torch_compile=self.boolean("decoding.torch_compile"),
                 seed=None if seed < 0 else seed,
             )
         except DecodeConfigError as exc:

@@ -122,6 +122,9 @@ PARAMETER_SPECS: tuple[ParameterSpec, ...] = (
     ParameterSpec("decoding.engine", _DECODE.engine, "|".join(ENGINES) + "; auto = fast where shown token-identical"),
     ParameterSpec("decoding.cuda_graphs", _DECODE.cuda_graphs, "fast engine on CUDA: replay captured steps"),
     ParameterSpec(
+        "decoding.torch_compile", _DECODE.torch_compile, "fast engine: fused step kernels (not bit-identical to exact)"
+    ),
+    ParameterSpec(
         "prompt.template", _PLANNING.template, f"planning template: {'|'.join(PLANNING_TEMPLATES)} or custom text"
     ),
     ParameterSpec("prompt.system", "", "system turn text; empty = no system turn (as trained)"),
