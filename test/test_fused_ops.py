@@ -45,10 +45,21 @@ def test_compiled_chains_compute_what_the_stock_modules_compute(tiny):
     heads = torch.randn(2, 7, 4, head_dim)
     q, k = torch.randn(2, 4, 7, head_dim), torch.randn(2, 2, 7, head_dim)
     cos, sin = torch.randn(2, 7, head_dim), torch.randn(2, 7, head_dim)
+    # attention of 7 block rows on 19 cached slots (2 query heads per key/value head), some slots masked
+    keys, values = torch.randn(2, 2, 19, head_dim), torch.randn(2, 2, 19, head_dim)
+    mask = torch.rand(2, 1, 7, 19) < 0.7
+    mask[..., 12:] = True  # every row sees something
     stock_rotary = getattr(ops.rotary_home, ROTARY_FUNCTION)
+    functions = ops.attention_functions
+
+    def attend():
+        out, _ = functions[fused_ops.ATTENTION](attention, q, keys, values, mask, scaling=attention.scaling)
+        return out
+
     with torch.inference_mode():
         expected = (
-            layer.input_layernorm(hidden), attention.q_norm(heads), layer.mlp(hidden), *stock_rotary(q, k, cos, sin)
+            layer.input_layernorm(hidden), attention.q_norm(heads), layer.mlp(hidden), *stock_rotary(q, k, cos, sin),
+            attend(),
         )  # fmt: skip
         with ops.installed():
             got = (
@@ -56,8 +67,9 @@ def test_compiled_chains_compute_what_the_stock_modules_compute(tiny):
                 attention.q_norm(heads),
                 layer.mlp(hidden),
                 *getattr(ops.rotary_home, ROTARY_FUNCTION)(q, k, cos, sin),
+                attend(),
             )
-    assert not ops.failed and set(ops.compiled) == {"rms_norm", "silu_gate", "rotary"}
+    assert not ops.failed and set(ops.compiled) == {"rms_norm", "silu_gate", "rotary", "grouped_attention"}
     for want, have in zip(expected, got, strict=True):
         assert have.shape == want.shape and have.dtype == want.dtype
         torch.testing.assert_close(have, want, rtol=1e-5, atol=1e-5)
@@ -74,11 +86,15 @@ def test_installed_routes_every_norm_and_mlp_and_restores_the_stock_modules(tiny
     mlps = [m for m in model.modules() if type(m).__name__.endswith("MLP")]
     assert len(ops.norms) == len(norms) == 4 * len(model.layers) + 1 and len(ops.mlps) == len(mlps) == len(model.layers)
     stock_rotary = getattr(ops.rotary_home, ROTARY_FUNCTION)
+    functions = ops.attention_functions
+    stock_attention = functions[fused_ops.ATTENTION]
     with ops.installed():
         assert all("forward" in vars(m) for m in norms + mlps)
         assert getattr(ops.rotary_home, ROTARY_FUNCTION) is not stock_rotary
+        assert functions[fused_ops.ATTENTION] is not stock_attention
     assert not any("forward" in vars(m) for m in norms + mlps)
     assert getattr(ops.rotary_home, ROTARY_FUNCTION) is stock_rotary
+    assert functions[fused_ops.ATTENTION] is stock_attention
     with pytest.raises(RuntimeError), ops.installed():  # restored on errors too
         raise RuntimeError("step failed")
     assert getattr(ops.rotary_home, ROTARY_FUNCTION) is stock_rotary and "forward" not in vars(norms[0])
@@ -106,9 +122,18 @@ def test_a_failing_compile_is_logged_once_and_the_stock_chains_run(tiny, monkeyp
     assert len([r for r in caplog.records if "torch.compile" in r.getMessage()]) == 1
 
 
-def test_fast_engine_with_fused_kernels_steps_like_the_stock_step_and_decodes(tiny):
-    """Block step hidden states within float32 noise of the stock step's; the decoder runs them end to end."""
+def test_fast_engine_with_fused_kernels_steps_like_the_stock_step_and_decodes(tiny, monkeypatch):
+    """Block step hidden states within float32 noise of the stock step's; the decoder runs them end to end, its
+    masked attention through `grouped_attention`."""
     backbone, processor = tiny
+    masked_attention = []
+    attention_forward = fused_ops._attention_forward
+
+    def counted(attend, stock, module, query, key, value, attention_mask, **kwargs):
+        masked_attention.append(attention_mask is not None)
+        return attention_forward(attend, stock, module, query, key, value, attention_mask, **kwargs)
+
+    monkeypatch.setattr(fused_ops, "_attention_forward", counted)
     inputs = inputs_for(processor, tiny_conversations(), "left")
     config = DecodeConfig(max_new_tokens=11, block_size=8, denoising_steps=8)
     with torch.inference_mode():
@@ -135,5 +160,7 @@ def test_fast_engine_with_fused_kernels_steps_like_the_stock_step_and_decodes(ti
             config.with_overrides(engine="fast", torch_compile=True),
         )
     assert not backbone._fused_ops.failed
+    layers = len(language_model(backbone).layers)
+    assert len(masked_attention) >= layers * (1 + 2 * 2) and all(masked_attention)  # 1 step here; 2 blocks x 2+
     assert fused.sequences.shape == (3, 16) and len(fused.steps_per_block) == 2  # two whole blocks
     assert all(1 <= steps <= 8 for steps in fused.steps_per_block)

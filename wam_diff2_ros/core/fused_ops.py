@@ -1,14 +1,18 @@
 """Opt-in fused kernels for the fast engine's step (`DecodeConfig.torch_compile`): fewer, larger GPU kernels.
 
-With CUDA graphs a 2B denoising step is bound by its ~1,300 small kernels, not by its matrix products: every
-RMSNorm is eight element-wise kernels in eager PyTorch, the rotary embedding ten, the SiLU gate two. Here
-`torch.compile` turns each of these chains into one kernel (the matrix products and the attention stay the
-stock modules'). The chains are installed around the fast engine's step and commit forwards only
-(`FusedStepOps.installed`; prefill and vision keep the stock modules) and are captured into the step's CUDA
-graph like the rest.
+With CUDA graphs a 2B denoising step is bound by its ~1,800 small kernels, not by its matrix products (H200,
+2026-12-04, scripts/profile_step.py): every RMSNorm is eight element-wise kernels in eager PyTorch, the rotary
+embedding ten, the SiLU gate two, and the attention copies the shared key/value heads once per query head
+(`repeat_kv`) before a masked SDPA kernel that runs one thread block per head. Here `torch.compile` turns each
+chain into one kernel, and the attention becomes `grouped_attention`: matrix products in which each key/value
+head's query heads are stacked as rows (no copies of the cache), a float32 masked softmax between them. The
+matrix products of the layers stay the stock modules'. All of it is installed around the fast engine's step
+and commit forwards only (`FusedStepOps.installed`; prefill and vision keep the stock modules) and is captured
+into the step's CUDA graph like the rest.
 
-Not bit-identical: a fused kernel may sum the RMSNorm's squares in another order and keep intermediate values
-in float32, so the logits can differ in the last bits and a token can differ from the exact engine's. The
+Not bit-identical: a fused kernel may sum the RMSNorm's squares in another order, keep intermediate values in
+float32 and normalise the attention weights before rounding them, so the logits can differ in the last bits
+and a token can differ from the exact engine's. The
 option is off by default; the agreement with the exact engine is measured (scripts/engine_agreement.py,
 README). Where `torch.compile` fails (no compiler, no Triton), the stock modules run and one line is logged;
 under a Python dispatch mode (the benchmark's op counter) the plain chains run. Meant for CUDA: on CPU the
@@ -30,6 +34,7 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode
 LOG = logging.getLogger(__name__)
 
 ROTARY_FUNCTION = "apply_rotary_pos_emb"  # the module-level function transformers' Qwen3-VL attention calls
+ATTENTION = "sdpa"  # the attention implementation the checkpoint loader chooses (core/checkpoint.py)
 
 
 def rms_norm(hidden: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -58,6 +63,27 @@ def silu_gate(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.silu(gate) * up
 
 
+def grouped_attention(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor, scale: float
+) -> torch.Tensor:
+    """Attention of query heads [B, Hq, L, D] on shared key/value heads [B, Hk, S, D] under a mask [B, 1, L, S]
+    (boolean, True = attend, or additive): each key/value head's Hq / Hk query heads stacked as rows of one
+    matrix product, scores and softmax in float32. Returns [B, L, Hq, D], as transformers' attention functions."""
+    batch, query_heads, length, dim = query.shape
+    kv_heads = key.shape[1]
+    groups = query_heads // kv_heads
+    rows = query.reshape(batch, kv_heads, groups * length, dim).float()
+    scores = torch.matmul(rows, key.float().transpose(-1, -2)) * scale
+    scores = scores.view(batch, kv_heads, groups, length, -1)
+    if mask.dtype == torch.bool:
+        scores = scores.masked_fill(~mask.unsqueeze(2), float("-inf"))
+    else:
+        scores = scores + mask.unsqueeze(2)
+    weights = scores.softmax(-1).to(value.dtype).view(batch, kv_heads, groups * length, -1)
+    output = torch.matmul(weights, value).view(batch, query_heads, length, dim)
+    return output.transpose(1, 2).contiguous()
+
+
 class FusedStepOps:
     """The text model's RMSNorms, rotary embedding and MLP gates, each as one compiled kernel while installed."""
 
@@ -67,6 +93,7 @@ class FusedStepOps:
         self.mlps = [m for m in modules if all(hasattr(m, n) for n in ("gate_proj", "up_proj", "down_proj"))]
         attention = next((m for m in modules if hasattr(m, "q_norm") and hasattr(m, "k_proj")), None)
         self.rotary_home = sys.modules[type(attention).__module__] if attention is not None else None
+        self.attention_functions = getattr(self.rotary_home, "ALL_ATTENTION_FUNCTIONS", None)
         self.failed = False
         self.compiled: dict[str, Callable[..., Any]] = {}
 
@@ -106,6 +133,12 @@ class FusedStepOps:
         if self.rotary_home is not None and hasattr(self.rotary_home, ROTARY_FUNCTION):
             stock_rotary = getattr(self.rotary_home, ROTARY_FUNCTION)
             setattr(self.rotary_home, ROTARY_FUNCTION, self._compiled("rotary", rotary))
+        functions, overridden = self.attention_functions, None
+        if functions is not None and ATTENTION in functions:
+            overridden = functions._local_mapping.get(ATTENTION)  # a local override of the stock one, if any
+            functions[ATTENTION] = functools.partial(
+                _attention_forward, self._compiled("grouped_attention", grouped_attention), functions[ATTENTION]
+            )
         try:
             yield
         finally:
@@ -113,6 +146,11 @@ class FusedStepOps:
                 del module.forward
             if stock_rotary is not None:
                 setattr(self.rotary_home, ROTARY_FUNCTION, stock_rotary)
+            if functions is not None and ATTENTION in functions._local_mapping:
+                if overridden is None:
+                    del functions[ATTENTION]
+                else:
+                    functions[ATTENTION] = overridden
 
 
 def _norm_forward(norm: Callable[..., torch.Tensor], module: torch.nn.Module, hidden: torch.Tensor) -> torch.Tensor:
@@ -121,3 +159,22 @@ def _norm_forward(norm: Callable[..., torch.Tensor], module: torch.nn.Module, hi
 
 def _mlp_forward(gate: Callable[..., torch.Tensor], module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
     return module.down_proj(gate(module.gate_proj(x), module.up_proj(x)))
+
+
+def _attention_forward(
+    attend: Callable[..., torch.Tensor],
+    stock: Callable[..., Any],
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    """transformers' attention-function interface over `grouped_attention` (the stock function without a mask)."""
+    if attention_mask is None or dropout or query.shape[1] % key.shape[1]:
+        return stock(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
+    scale = query.shape[-1] ** -0.5 if scaling is None else scaling
+    return attend(query, key, value, attention_mask[..., : key.shape[2]], scale), None
