@@ -8,7 +8,8 @@
 #   1. wam-diff2-bench on the full WAM-Diff2 2B architecture (random weights), bfloat16, one 1920x1080 image
 #      (1980 visual tokens), default decoding: exact vs fast (CUDA graphs) vs fast-compiled (the fast engine
 #      with its fused step kernels, torch_compile) in one run
-#   2. scripts/engine_agreement.py: demo model, bfloat16, 24 varied plans: identical sequences / total
+#   2. scripts/engine_agreement.py: demo model, bfloat16, 24 varied plans: identical sequences / total and the
+#      waypoint distances of differing plans, for each fast variant and for the exact engine in float32
 #   3. test/test_fast_decoding_cuda.py: fast == exact tokens in float32 on CUDA, with and without CUDA graphs
 #   4. scripts/profile_step.py: the captured step's replay time and kernels by kind, fast and fast-compiled
 #
@@ -62,7 +63,7 @@ step "exact vs fast vs fast-compiled" 240 \
   --json "$OUT/bench_gpu.json"
 step "demo model agreement, $agreement_dtype" 90 \
   "$PYTHON" scripts/engine_agreement.py --model demo --device "$device" --dtype "$agreement_dtype" \
-  --prompts "$prompts" --compiled --json "$OUT/agreement.json"
+  --prompts "$prompts" --compiled --yardstick-dtype float32 --json "$OUT/agreement.json"
 step "fast == exact on CUDA, float32 (skipped without CUDA)" 120 \
   "$PYTHON" -m pytest -q -p no:cacheprovider -x test/test_fast_decoding_cuda.py
 step "step graph profile" 90 \

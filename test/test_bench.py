@@ -52,7 +52,7 @@ def test_gpu_bench_script_runs_its_tiny_cpu_mode(tmp_path):
     assert figures["engines"]["fast-compiled"]["ops_per_step"] is None  # fused kernels are no aten ops
     assert "fast-compiled: tokens identical" in done.stdout
     agreement = json.loads((tmp_path / "agreement.json").read_text())
-    assert set(agreement["variants"]) == {"fast (no graphs)", "fast-compiled"}
+    assert set(agreement["variants"]) == {"fast (no graphs)", "fast-compiled", "exact (float32)"}
     assert json.loads((tmp_path / "profile.json").read_text()) == {}  # no CUDA graphs to profile on CPU
 
 
