@@ -11,7 +11,7 @@
 #   2. scripts/engine_agreement.py: demo model, bfloat16, 24 varied plans: identical sequences / total and the
 #      waypoint distances of differing plans, for each fast variant and for the exact engine in float32
 #   3. test/test_fast_decoding_cuda.py: fast == exact tokens in float32 on CUDA, with and without CUDA graphs
-#   4. scripts/profile_step.py: the captured step's replay time and kernels by kind, fast and fast-compiled
+#   4. scripts/profile_gpu_step.py: the captured step's replay time and kernels by kind, fast and fast-compiled
 #
 # Environment: PYTHON (default .venv/bin/python, else python3), OUT (default .), ITERATIONS (default 5),
 # CUDA_TORCH_SPEC (default "torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128").
@@ -67,7 +67,7 @@ step "demo model agreement, $agreement_dtype" 90 \
 step "fast == exact on CUDA, float32 (skipped without CUDA)" 120 \
   "$PYTHON" -m pytest -q -p no:cacheprovider -x test/test_fast_decoding_cuda.py
 step "step graph profile" 90 \
-  "$PYTHON" scripts/profile_step.py "${bench[@]}" --engine fast --engine fast-compiled --json "$OUT/profile.json"
+  "$PYTHON" scripts/profile_gpu_step.py "${bench[@]}" --engine fast --engine fast-compiled --json "$OUT/profile.json"
 
 if [ ${#failed[@]} -gt 0 ]; then
   echo "bench_gpu.sh: failed steps: ${failed[*]}"

@@ -1,93 +1,127 @@
-"""Where a fast-engine denoising step's time goes on CUDA: the captured forward alone vs the whole step.
+"""Where a captured denoising step's GPU time goes: replay time, kernels per step and GPU time by kind.
 
-Builds the random-weight 2B model as `wam-diff2-bench --random-2b` does, decodes one planning prompt with the
-fast engine (CUDA graphs) to capture the step, then times (CUDA events, after warm-up) the graph replay alone,
-the eager rest of a step (sampling + remasking + the "anything masked?" read), and the whole decode, and
-prints the profiler's top CUDA kernels of one decode.
+Decodes the benchmark's workload once per engine variant (CUDA graphs on), then replays the step graph it
+captured: timed with CUDA events (median of `--replays`), and once under the profiler, whose kernels are
+grouped by name into matrix products, attention, Triton (fused) kernels and other element-wise/copy kernels.
+Also times the eager rest of a step (the "anything masked?" read, greedy sampling, remasking) on the replayed
+logits. Takes `wam-diff2-bench`'s flags (only `fast` and `fast-compiled` have graphs):
 
-    python scripts/profile_gpu_step.py [--text-layers N] [--max-new-tokens 32]
+    python scripts/profile_gpu_step.py --random-2b --device cuda --dtype bfloat16 --width 1920 --height 1080 \
+        --engine fast --engine fast-compiled --json profile.json
 """
 
 from __future__ import annotations
 
-import argparse
+import json
+import statistics
 import sys
+from collections import defaultdict
+from typing import Any
 
-import numpy as np
 import torch
 
-from wam_diff2_ros.bench.runs import BenchSettings, load_engine
-from wam_diff2_ros.core.decoding import DecodeConfig, sample_tokens, select_transfers
-from wam_diff2_ros.core.prompts import build_messages, build_planning_prompt
+from wam_diff2_ros.bench.runs import engine_config, load_engine, workload
+from wam_diff2_ros.cli.bench import build_parser, settings_from
+from wam_diff2_ros.core.decoding import sample_tokens, select_transfers
+
+KINDS = (  # first match wins; lower-case substrings of kernel names
+    ("attention", ("fmha", "flash", "attention", "efficient")),
+    ("matmul", ("gemm", "gemv", "nvjet", "cutlass", "xmma", "splitk")),
+    ("triton (fused)", ("triton",)),
+)
 
 
-def cuda_ms(function, repeats: int = 50) -> float:
-    """Mean milliseconds of `function()` on the current stream (CUDA events, 5 warm-up calls)."""
-    for _ in range(5):
+def kind_of(name: str) -> str:
+    """The kind of a kernel, from its name."""
+    lowered = name.lower()
+    return next((kind for kind, keys in KINDS if any(k in lowered for k in keys)), "other")
+
+
+def median_ms(function: Any, repeats: int) -> float:
+    """Median milliseconds of `function()` on the current stream (CUDA events, after 3 warm-up calls)."""
+    for _ in range(3):
         function()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda.synchronize()
-    start.record()
+    times = []
     for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
         function()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / repeats
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--text-layers", type=int, default=None)
-    parser.add_argument("--max-new-tokens", type=int, default=32)
-    parser.add_argument("--width", type=int, default=1920)
-    parser.add_argument("--height", type=int, default=1080)
-    args = parser.parse_args()
-    settings = BenchSettings(random_2b=True, text_layers=args.text_layers, device="cuda", dtype="bfloat16")
-    engine = load_engine(settings)
-    frame = np.random.default_rng(0).integers(0, 256, (args.height, args.width, 3), dtype=np.uint8)
-    chat = [build_messages(build_planning_prompt("straight", (6.0, 0.0), (0.3, 0.0)), [frame])]
-    config = DecodeConfig(max_new_tokens=args.max_new_tokens, engine="fast")
-    for _ in range(2):
-        result = engine.generate_conversations(chat, config)[0]
-    steps = sum(result.steps_per_block)
-    store = engine.backbone._cuda_graph_steps
-    if not store.enabled or not store.graphs:
-        print("no CUDA graph was captured")
-        return 1
-    entry = next(iter(store.graphs.values()))
-    replay_ms = cuda_ms(entry["graph"].replay)
-    logits = entry["logits"]
-    length = logits.shape[1]
-    masked = torch.ones(1, length, dtype=torch.bool, device=logits.device)
-    tokens = torch.zeros(1, length, dtype=torch.long, device=logits.device)
-    finished = torch.zeros(1, dtype=torch.bool, device=logits.device)
+def rest_of_step_ms(logits: torch.Tensor, repeats: int) -> float:
+    """The eager rest of a denoising step on a block's logits [B, L, V]: read, greedy sampling, remasking."""
+    batch, length = logits.shape[:2]
+    masked = torch.ones(batch, length, dtype=torch.bool, device=logits.device)
+    tokens = torch.zeros(batch, length, dtype=torch.long, device=logits.device)
+    finished = torch.zeros(batch, dtype=torch.bool, device=logits.device)
 
-    def rest_of_step() -> None:
+    def rest() -> None:
         if not masked.any():  # the step's device->host read
             return
         proposal, confidence = sample_tokens(logits)
         transfer = select_transfers("low_confidence_dynamic", masked, confidence, 1, 0.9, finished)
         torch.where(transfer, proposal, tokens)
 
-    rest_ms = cuda_ms(rest_of_step)
-    torch.cuda.synchronize()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        result = engine.generate_conversations(chat, config)[0]
+    return median_ms(rest, repeats)
+
+
+def profile_graph(graph: Any, replays: int) -> dict[str, Any]:
+    """Median replay time (CUDA events) and the kernels of one replay by kind."""
+    replay_ms = median_ms(graph.replay, replays)
+    activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=activities) as prof:
+        graph.replay()
         torch.cuda.synchronize()
-    timing = result.timing
-    print(
-        f"2B bf16 ({args.text_layers or 28} text layers), prompt {result.num_prompt_tokens} tokens, "
-        f"{steps} denoising steps in {len(result.steps_per_block)} block(s)"
-    )
-    print(f"graph replay (block forward + output layer): {replay_ms:.3f} ms")
-    print(f"eager rest of a step (read + greedy sampling + remasking): {rest_ms:.3f} ms")
-    print(f"denoise per step in a decode: {timing.denoise_s * 1000 / max(1, steps):.3f} ms")
-    kernels = [e for e in prof.key_averages() if getattr(e, "device_time_total", 0) > 0]
-    kernels.sort(key=lambda e: e.device_time_total, reverse=True)
-    total = sum(e.device_time_total for e in kernels)
-    print(f"CUDA kernel time in one decode: {total / 1000:.1f} ms; top kernels:")
-    for event in kernels[:20]:
-        print(f"  {event.device_time_total / 1000:9.2f} ms {event.count:6d}x  {event.key[:110]}")
+    kinds: dict[str, dict[str, float]] = defaultdict(lambda: {"kernels": 0, "gpu_ms": 0.0})
+    top: dict[str, float] = defaultdict(float)
+    for event in prof.events():
+        if event.device_type != torch.autograd.DeviceType.CUDA:
+            continue
+        entry = kinds[kind_of(event.name)]
+        entry["kernels"] += 1
+        entry["gpu_ms"] += event.device_time_total / 1000
+        top[event.name[:90]] += event.device_time_total / 1000
+    return {
+        "replay_ms_median": replay_ms,
+        "kernels": sum(int(k["kernels"]) for k in kinds.values()),
+        "by_kind": dict(kinds),
+        "top_kernels_ms": dict(sorted(top.items(), key=lambda item: -item[1])[:12]),
+    }
+
+
+def main() -> int:
+    parser = build_parser()
+    parser.add_argument("--replays", type=int, default=50)
+    args = parser.parse_args()
+    settings = settings_from(args)
+    engine = load_engine(settings)
+    conversations, base = workload(settings)
+    results: dict[str, Any] = {}
+    for name in settings.engine:
+        config = engine_config(base, name).with_overrides(cuda_graphs=True)
+        for _ in range(2):  # capture, then a plain run
+            engine.generate_conversations(conversations, config)
+        store = getattr(engine.backbone, "_cuda_graph_steps", None)
+        entries = [e for k, e in (store.graphs.items() if store else []) if k[3] == config.torch_compile]
+        if not entries:
+            print(f"{name}: no captured step graph (not CUDA, or the capture failed)")
+            continue
+        results[name] = figures = profile_graph(entries[-1]["graph"], args.replays)
+        figures["rest_of_step_ms_median"] = rest_of_step_ms(entries[-1]["logits"], args.replays)
+        print(
+            f"== {name}: replay {figures['replay_ms_median']:.3f} ms (median), {figures['kernels']} kernels; "
+            f"eager rest of a step {figures['rest_of_step_ms_median']:.3f} ms"
+        )
+        for kind, entry in sorted(figures["by_kind"].items(), key=lambda item: -item[1]["gpu_ms"]):
+            print(f"   {kind:<16} {int(entry['kernels']):>6} kernels {entry['gpu_ms']:>9.3f} ms")
+        for kernel, ms in figures["top_kernels_ms"].items():
+            print(f"   {ms:9.3f} ms  {kernel}")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
     return 0
 
 

@@ -21,7 +21,7 @@ from wam_diff2_ros.core.fast_decoding import FastRunner
 from wam_diff2_ros.core.fused_ops import ROTARY_FUNCTION, FusedStepOps
 from wam_diff2_ros.core.model import BlockDiffusionBackbone
 
-pytestmark = [pytest.mark.core, pytest.mark.slow]  # each compile takes seconds on 2 cores
+pytestmark = pytest.mark.core
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,7 @@
 """Opt-in fused kernels for the fast engine's step (`DecodeConfig.torch_compile`): fewer, larger GPU kernels.
 
 With CUDA graphs a 2B denoising step is bound by its ~1,800 small kernels, not by its matrix products (H200,
-2026-12-04, scripts/profile_step.py): every RMSNorm is eight element-wise kernels in eager PyTorch, the rotary
+2026-12-04, scripts/profile_gpu_step.py): every RMSNorm is eight element-wise kernels in eager PyTorch, the rotary
 embedding ten, the SiLU gate two, and the attention copies the shared key/value heads once per query head
 (`repeat_kv`) before a masked SDPA kernel that runs one thread block per head. Here `torch.compile` turns each
 chain into one kernel, and the attention becomes `grouped_attention`: matrix products in which each key/value
