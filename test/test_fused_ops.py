@@ -8,6 +8,7 @@ so values are compared with a float32 tolerance and the decoder's tokens are not
 from __future__ import annotations
 
 import logging
+import threading
 
 import pytest
 import torch
@@ -98,6 +99,39 @@ def test_installed_routes_every_norm_and_mlp_and_restores_the_stock_modules(tiny
     with pytest.raises(RuntimeError), ops.installed():  # restored on errors too
         raise RuntimeError("step failed")
     assert getattr(ops.rotary_home, ROTARY_FUNCTION) is stock_rotary and "forward" not in vars(norms[0])
+
+
+def test_other_threads_keep_the_stock_attention_and_rotary_while_one_context_has_them_fused(tiny):
+    """The module-level hooks route by context: another engine decoding meanwhile computes the exact path's bits."""
+    backbone, _ = tiny
+    ops = FusedStepOps(language_model(backbone))
+    attention = language_model(backbone).layers[0].self_attn
+    head_dim = attention.q_norm.weight.shape[0]
+    q, k = torch.randn(1, 4, 5, head_dim), torch.randn(1, 2, 5, head_dim)
+    cos, sin = torch.randn(1, 5, head_dim), torch.randn(1, 5, head_dim)
+    keys, values = torch.randn(1, 2, 9, head_dim), torch.randn(1, 2, 9, head_dim)
+    mask = torch.ones(1, 1, 5, 9, dtype=torch.bool)
+
+    def module_level():
+        rotated = getattr(ops.rotary_home, ROTARY_FUNCTION)(q, k, cos, sin)
+        attended, _ = ops.attention_functions[fused_ops.ATTENTION](attention, q, keys, values, mask, scaling=0.5)
+        return (*rotated, attended)
+
+    # markers in place of the compiled functions show which caller was routed where
+    ops.rotary = lambda q, k, cos, sin: (torch.full_like(q, 7.0), torch.full_like(k, 7.0))
+    ops.attention = lambda query, key, value, mask, scale: torch.full((1, 5, 4, head_dim), 7.0)
+    with torch.inference_mode():
+        stock = module_level()
+        seen = {}
+        with ops.installed():
+            fused = module_level()
+            other = threading.Thread(target=lambda: seen.update(values=module_level()))
+            other.start()
+            other.join()
+        after = module_level()
+    assert all(torch.equal(a, b) for a, b in zip(seen["values"], stock, strict=True))
+    assert all(bool((a == 7.0).all()) for a in fused)
+    assert all(torch.equal(a, b) for a, b in zip(after, stock, strict=True))
 
 
 def test_a_failing_compile_is_logged_once_and_the_stock_chains_run(tiny, monkeypatch, caplog):

@@ -14,7 +14,11 @@ Not bit-identical: a fused kernel may sum the RMSNorm's squares in another order
 float32 and normalise the attention weights before rounding them, so the logits can differ in the last bits
 and a token can differ from the exact engine's. The
 option is off by default; the agreement with the exact engine is measured (scripts/engine_agreement.py,
-README). Where `torch.compile` fails (no compiler, no Triton), the stock modules run and one line is logged;
+README). The norms and MLPs are routed per module instance; the rotary function and the `sdpa` attention
+entry are module-level in transformers, so while any `FusedStepOps` is installed they are replaced by routes
+that serve the fused versions only to the context (thread) that installed them and the stock ones to every
+other caller: another engine decoding at the same time is not affected. Where `torch.compile` fails (no
+compiler, no Triton), the stock modules run and one line is logged;
 under a Python dispatch mode (the benchmark's op counter) the plain chains run. Meant for CUDA: on CPU the
 fast engine's exact kernels are faster than the compiled chains' call overhead saves.
 """
@@ -22,9 +26,11 @@ fast engine's exact kernels are faster than the compiled chains' call overhead s
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import logging
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -35,6 +41,8 @@ LOG = logging.getLogger(__name__)
 
 ROTARY_FUNCTION = "apply_rotary_pos_emb"  # the module-level function transformers' Qwen3-VL attention calls
 ATTENTION = "sdpa"  # the attention implementation the checkpoint loader chooses (core/checkpoint.py)
+
+_ACTIVE: contextvars.ContextVar[FusedStepOps | None] = contextvars.ContextVar("active_fused_step_ops", default=None)
 
 
 def rms_norm(hidden: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -96,6 +104,8 @@ class FusedStepOps:
         self.attention_functions = getattr(self.rotary_home, "ALL_ATTENTION_FUNCTIONS", None)
         self.failed = False
         self.compiled: dict[str, Callable[..., Any]] = {}
+        self.rotary = self._compiled("rotary", rotary)
+        self.attention = self._compiled("grouped_attention", grouped_attention)
 
     def _compiled(self, name: str, function: Callable[..., Any]) -> Callable[..., Any]:
         """`function` compiled once (falls back to it, for good, when compiling or running the compiled one fails)."""
@@ -108,15 +118,15 @@ class FusedStepOps:
                 options["emulate_precision_casts"] = True  # round where eager rounds (bf16 intermediates)
             compiled = self.compiled[name] = torch.compile(function, fullgraph=True, options=options)
 
-        def guarded(*args: Any) -> Any:
+        def guarded(*args: Any, **kwargs: Any) -> Any:
             if self.failed or _get_current_dispatch_mode() is not None:  # dynamo cannot trace under a dispatch mode
-                return function(*args)
+                return function(*args, **kwargs)
             try:
-                return compiled(*args)
+                return compiled(*args, **kwargs)
             except Exception as exc:  # no compiler/Triton, unsupported op: the stock computation from now on
                 LOG.warning("torch.compile of the step's fused ops failed (%s); the stock modules run", exc)
                 self.failed = True
-                return function(*args)
+                return function(*args, **kwargs)
 
         return guarded
 
@@ -129,28 +139,75 @@ class FusedStepOps:
             module.forward = functools.partial(_norm_forward, norm, module)
         for module in self.mlps:
             module.forward = functools.partial(_mlp_forward, gate, module)
-        stock_rotary = None
-        if self.rotary_home is not None and hasattr(self.rotary_home, ROTARY_FUNCTION):
-            stock_rotary = getattr(self.rotary_home, ROTARY_FUNCTION)
-            setattr(self.rotary_home, ROTARY_FUNCTION, self._compiled("rotary", rotary))
-        functions, overridden = self.attention_functions, None
-        if functions is not None and ATTENTION in functions:
-            overridden = functions._local_mapping.get(ATTENTION)  # a local override of the stock one, if any
-            functions[ATTENTION] = functools.partial(
-                _attention_forward, self._compiled("grouped_attention", grouped_attention), functions[ATTENTION]
-            )
+        active = _ACTIVE.set(self)
+        _MODULE_ROUTES.acquire(self.rotary_home, self.attention_functions)
         try:
             yield
         finally:
+            _MODULE_ROUTES.release()
+            _ACTIVE.reset(active)
             for module in self.norms + self.mlps:
                 del module.forward
-            if stock_rotary is not None:
-                setattr(self.rotary_home, ROTARY_FUNCTION, stock_rotary)
-            if functions is not None and ATTENTION in functions._local_mapping:
-                if overridden is None:
-                    del functions[ATTENTION]
-                else:
-                    functions[ATTENTION] = overridden
+
+
+class _ModuleRoutes:
+    """The module-level hooks (transformers' rotary function, its `sdpa` attention entry) replaced by routes to
+    the calling context's installed `FusedStepOps`, or to the stock functions, while any is installed."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._users = 0
+        self._restore: list[Callable[[], None]] = []
+        self.stock_rotary: Callable[..., Any] | None = None
+        self.stock_attention: Callable[..., Any] | None = None
+
+    def acquire(self, home: Any, functions: Any) -> None:
+        """Install the routes (on first use) into `home` (the Qwen3-VL modeling module) and `functions`."""
+        with self._lock:
+            self._users += 1
+            if self._users > 1:
+                return
+            if home is not None and hasattr(home, ROTARY_FUNCTION):
+                self.stock_rotary = getattr(home, ROTARY_FUNCTION)
+                setattr(home, ROTARY_FUNCTION, _route_rotary)
+                self._restore.append(functools.partial(setattr, home, ROTARY_FUNCTION, self.stock_rotary))
+            if functions is not None and ATTENTION in functions:
+                local = functions._local_mapping.get(ATTENTION)  # an override of the stock entry, if any
+                self.stock_attention = functions[ATTENTION]
+                functions[ATTENTION] = _route_attention
+                self._restore.append(functools.partial(_restore_entry, functions, local))
+
+    def release(self) -> None:
+        """Remove the routes when the last installed `FusedStepOps` is removed."""
+        with self._lock:
+            self._users -= 1
+            if self._users == 0:
+                while self._restore:
+                    self._restore.pop()()
+
+
+_MODULE_ROUTES = _ModuleRoutes()
+
+
+def _restore_entry(functions: Any, local: Callable[..., Any] | None) -> None:
+    if local is None:
+        del functions[ATTENTION]
+    else:
+        functions[ATTENTION] = local
+
+
+def _route_rotary(*args: Any, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    ops, stock = _ACTIVE.get(), _MODULE_ROUTES.stock_rotary
+    assert stock is not None
+    return stock(*args, **kwargs) if ops is None else ops.rotary(*args, **kwargs)
+
+
+def _route_attention(module: torch.nn.Module, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, Any]:
+    ops, stock = _ACTIVE.get(), _MODULE_ROUTES.stock_attention
+    assert stock is not None
+    if ops is None:
+        return stock(module, *args, **kwargs)
+    return _attention_forward(ops.attention, stock, module, *args, **kwargs)
 
 
 def _norm_forward(norm: Callable[..., torch.Tensor], module: torch.nn.Module, hidden: torch.Tensor) -> torch.Tensor:
