@@ -18,7 +18,8 @@
   changes the reduction length, so identical tokens are not guaranteed there in principle (measured
   identical on an H200: README). Capture failures fall back to eager steps with a log line.
 - Opt-in fused kernels (`torch_compile`, core/fused_ops.py): the step's norms, rotary embedding and MLP gates
-  compiled into one kernel each, in eager steps and in the graphs. Not bit-identical (agreement: README).
+  compiled into one kernel each and a grouped-query attention without `repeat_kv`, in eager steps and in the
+  graphs. Not bit-identical (agreement: README).
 """
 
 from __future__ import annotations
