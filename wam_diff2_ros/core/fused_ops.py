@@ -40,6 +40,7 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode
 LOG = logging.getLogger(__name__)
 
 ROTARY_FUNCTION = "apply_rotary_pos_emb"  # the module-level function transformers' Qwen3-VL attention calls
+SILU_MODULES = ("SiLU", "SiLUActivation")  # torch's and transformers' SiLU modules (the checkpoint's hidden_act)
 ATTENTION = "sdpa"  # the attention implementation the checkpoint loader chooses (core/checkpoint.py)
 
 _ACTIVE: contextvars.ContextVar[FusedStepOps | None] = contextvars.ContextVar("active_fused_step_ops", default=None)
@@ -98,7 +99,8 @@ class FusedStepOps:
     def __init__(self, language_model: torch.nn.Module) -> None:
         modules = list(language_model.modules())
         self.norms = [m for m in modules if type(m).__name__.endswith("RMSNorm") and hasattr(m, "variance_epsilon")]
-        self.mlps = [m for m in modules if all(hasattr(m, n) for n in ("gate_proj", "up_proj", "down_proj"))]
+        self.mlps = [m for m in modules if all(hasattr(m, n) for n in ("gate_proj", "up_proj", "down_proj", "act_fn"))]
+        self.mlps = [m for m in self.mlps if type(m.act_fn).__name__ in SILU_MODULES]  # `silu_gate` computes SiLU
         attention = next((m for m in modules if hasattr(m, "q_norm") and hasattr(m, "k_proj")), None)
         self.rotary_home = sys.modules[type(attention).__module__] if attention is not None else None
         self.attention_functions = getattr(self.rotary_home, "ALL_ATTENTION_FUNCTIONS", None)
