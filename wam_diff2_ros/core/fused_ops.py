@@ -232,8 +232,9 @@ def _attention_forward(
     scaling: float | None = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, None]:
-    """transformers' attention-function interface over `grouped_attention` (the stock function without a mask)."""
-    if attention_mask is None or dropout or query.shape[1] % key.shape[1]:
+    """transformers' attention-function interface over `grouped_attention` (the stock function without a mask
+    shared by the heads)."""
+    if attention_mask is None or attention_mask.shape[1] != 1 or dropout or query.shape[1] % key.shape[1]:
         return stock(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
     scale = query.shape[-1] ** -0.5 if scaling is None else scaling
     return attend(query, key, value, attention_mask[..., : key.shape[2]], scale), None
