@@ -137,19 +137,19 @@ class FusedStepOps:
         """Within: the text model's forwards use the compiled chains; the stock modules are restored after."""
         norm = self._compiled("rms_norm", rms_norm)
         gate = self._compiled("silu_gate", silu_gate)
-        for module in self.norms:
-            module.forward = functools.partial(_norm_forward, norm, module)
-        for module in self.mlps:
-            module.forward = functools.partial(_mlp_forward, gate, module)
         active = _ACTIVE.set(self)
         _MODULE_ROUTES.acquire(self.rotary_home, self.attention_functions)
         try:
+            for module in self.norms:
+                module.forward = functools.partial(_norm_forward, norm, module)
+            for module in self.mlps:
+                module.forward = functools.partial(_mlp_forward, gate, module)
             yield
         finally:
+            for module in self.norms + self.mlps:
+                vars(module).pop("forward", None)
             _MODULE_ROUTES.release()
             _ACTIVE.reset(active)
-            for module in self.norms + self.mlps:
-                del module.forward
 
 
 class _ModuleRoutes:
