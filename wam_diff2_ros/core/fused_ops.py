@@ -108,17 +108,20 @@ class FusedStepOps:
         self.compiled: dict[str, Callable[..., Any]] = {}
         self.rotary = self._compiled("rotary", rotary)
         self.attention = self._compiled("grouped_attention", grouped_attention)
+        norm, gate = self._compiled("rms_norm", rms_norm), self._compiled("silu_gate", silu_gate)
+        # the per-module forwards, built once: installing them is then only attribute assignments
+        self.forwards = [(m, functools.partial(_norm_forward, norm, m)) for m in self.norms]
+        self.forwards += [(m, functools.partial(_mlp_forward, gate, m)) for m in self.mlps]
 
     def _compiled(self, name: str, function: Callable[..., Any]) -> Callable[..., Any]:
-        """`function` compiled once (falls back to it, for good, when compiling or running the compiled one fails)."""
-        compiled = self.compiled.get(name)
-        if compiled is None:
-            import torch._inductor.config as inductor_config
+        """`function` compiled (lazily, on first call) and guarded: it falls back to `function`, for good, when
+        compiling or running the compiled one fails."""
+        import torch._inductor.config as inductor_config
 
-            options = {}
-            if hasattr(inductor_config, "emulate_precision_casts"):
-                options["emulate_precision_casts"] = True  # round where eager rounds (bf16 intermediates)
-            compiled = self.compiled[name] = torch.compile(function, fullgraph=True, options=options)
+        options = {}
+        if hasattr(inductor_config, "emulate_precision_casts"):
+            options["emulate_precision_casts"] = True  # round where eager rounds (bf16 intermediates)
+        compiled = self.compiled[name] = torch.compile(function, fullgraph=True, options=options)
 
         def guarded(*args: Any, **kwargs: Any) -> Any:
             if self.failed or _get_current_dispatch_mode() is not None:  # dynamo cannot trace under a dispatch mode
@@ -135,18 +138,14 @@ class FusedStepOps:
     @contextlib.contextmanager
     def installed(self) -> Iterator[None]:
         """Within: the text model's forwards use the compiled chains; the stock modules are restored after."""
-        norm = self._compiled("rms_norm", rms_norm)
-        gate = self._compiled("silu_gate", silu_gate)
         active = _ACTIVE.set(self)
         _MODULE_ROUTES.acquire(self.rotary_home, self.attention_functions)
         try:
-            for module in self.norms:
-                module.forward = functools.partial(_norm_forward, norm, module)
-            for module in self.mlps:
-                module.forward = functools.partial(_mlp_forward, gate, module)
+            for module, forward in self.forwards:
+                module.forward = forward
             yield
         finally:
-            for module in self.norms + self.mlps:
+            for module, _ in self.forwards:
                 vars(module).pop("forward", None)
             _MODULE_ROUTES.release()
             _ACTIVE.reset(active)
