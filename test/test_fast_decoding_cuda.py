@@ -111,3 +111,10 @@ def test_fused_kernels_are_captured_into_the_step_graphs(tiny_cuda):
     assert {key[3] for key in store.graphs} == {False, True}  # one graph per (shape, fused)
     assert fused.sequences.shape == stock.sequences.shape
     assert len(fused.steps_per_block) == len(stock.steps_per_block)
+
+
+def test_pixel_values_built_on_the_device_have_the_cpu_bits(tiny_cuda):
+    """The engine moves uint8 patches and builds the pixel values on the GPU: the same bits as on the CPU."""
+    _, processor, conversations = tiny_cuda
+    inputs = processor(conversations)
+    assert torch.equal(inputs.to(CUDA).pixel_values.cpu(), inputs.pixel_values)

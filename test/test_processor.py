@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -14,8 +16,11 @@ from wam_diff2_ros.core.checkpoint import inspect_checkpoint, load_processor
 from wam_diff2_ros.core.processor import (
     ImageInputError,
     ImageProcessorConfig,
+    normalise,
     patchify,
+    pixel_values,
     preprocess_image,
+    resize_bicubic,
     resize_target_request,
 )
 from wam_diff2_ros.core.prompts import build_messages, build_planning_prompt
@@ -124,6 +129,60 @@ def test_patchify_repeats_the_still_frame_in_time():
     # second patch of the first 2x2 merge window is the top row's second patch (merge-window order)
     torch.testing.assert_close(flat[1].view(3, 2, 16, 16)[:, 0], image[:, :16, 16:32])
     torch.testing.assert_close(flat[2].view(3, 2, 16, 16)[:, 0], image[:, 16:32, :16])
+
+
+@pytest.mark.parametrize(
+    ("size", "target", "strips"),
+    [
+        ((1920, 1080), (1920, 1056), True),  # the 1080p camera: only the height changes -> strips of columns
+        ((1600, 1000), (1600, 1024), True),  # height scaled up
+        ((1900, 1056), (1888, 1056), True),  # only the width changes -> strips of rows
+        ((1000, 700), (1024, 704), False),  # both sides change: one PIL resize
+        ((400, 300), (416, 300), False),  # too small to split
+    ],
+)
+def test_first_resize_in_strips_has_the_bits_of_one_pil_resize(monkeypatch, size, target, strips):
+    image = Image.fromarray(noise_image(*size, seed=size[0]), "RGB")
+    expected = np.asarray(image.resize(target, resample=Image.Resampling.BICUBIC))
+    calls = []
+    stock = Image.Image.resize
+    monkeypatch.setattr(Image.Image, "resize", lambda self, *a, **k: calls.append(self.size) or stock(self, *a, **k))
+    resized = resize_bicubic(image, *target)
+    assert resized.dtype == np.uint8 and resized.flags.writeable
+    assert np.array_equal(resized, expected)
+    split = strips and (os.cpu_count() or 1) > 1
+    assert len(calls) == (4 if split else 1)
+
+
+CLIP_STATS = ImageProcessorConfig(  # per-channel statistics, so each channel has its own table
+    image_mean=(0.48145466, 0.4578275, 0.40821073), image_std=(0.26862954, 0.26130258, 0.27577711)
+)
+
+
+@pytest.mark.parametrize("config", [QWEN3_VL_2B, CLIP_STATS], ids=["qwen3-vl", "clip-stats"])
+@pytest.mark.parametrize(("width", "height"), [(1920, 1080), (517, 333), (64, 64)])
+def test_pixel_values_have_the_bits_of_normalising_the_whole_image_first(config, width, height):
+    """The patches are cut as uint8 and looked up in the normalisation table; the result must be bit for bit
+    the float32 arithmetic on the whole resized image followed by the cut (the order of the reference)."""
+    processed = preprocess_image(noise_image(width, height, seed=width), config)
+    image = processed.patches  # rebuild the resized image from the uint8 patches, then take the old order
+    _, grid_h, grid_w = processed.grid_thw
+    m, p = config.merge_size, config.patch_size
+    chw = image.view(grid_h // m, grid_w // m, m, m, 3, p, p).permute(4, 0, 2, 5, 1, 3, 6)
+    chw = chw.reshape(3, grid_h * p, grid_w * p)
+    assert chw.dtype == torch.uint8 and (chw.shape[2], chw.shape[1]) == processed.resized_size
+    expected, grid = patchify(normalise(chw, config, channel_dim=0), config)
+    assert grid == processed.grid_thw
+    assert torch.equal(processed.pixel_values, expected)
+
+
+def test_inputs_move_to_a_device_as_uint8_patches(processor):
+    inputs = processor([build_messages("<image> and <image>", [noise_image(96, 64, 1), noise_image(64, 96, 2)])])
+    assert inputs.image_patches.dtype == torch.uint8
+    assert inputs.image_patches.shape == (inputs.pixel_values.shape[0], 3, 16 * 16)  # 1 byte per pixel, not 8
+    moved = inputs.to("cpu")
+    assert torch.equal(moved.pixel_values, inputs.pixel_values)
+    assert torch.equal(moved.pixel_values, pixel_values(inputs.image_patches, inputs.image_config))
 
 
 def test_normalisation_is_x_minus_127_5_over_127_5():

@@ -134,14 +134,17 @@ class Engine:
                 raise RuntimeError("engine is closed")
             started = time.perf_counter()
             inputs = self.processor(list(conversations), padding_side=padding_side)
-            preprocess_s = time.perf_counter() - started
+            # the images travel as uint8 patches and become pixel values on the device: part of preprocessing
             batch = inputs.to(self.device)
             with torch.inference_mode():
+                pixel_values = batch.pixel_values
+                self._sync()
+                preprocess_s = time.perf_counter() - started
                 output = block_diffusion_decode(
                     self.backbone,
                     batch.input_ids,
                     batch.attention_mask,
-                    batch.pixel_values,
+                    pixel_values,
                     batch.image_grid_thw,
                     config,
                     synchronize=self._sync,

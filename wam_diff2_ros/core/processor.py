@@ -9,10 +9,15 @@ image). This module does the same without torchvision or qwen-vl-utils, so it ru
 
 from __future__ import annotations
 
+import functools
+import itertools
 import json
 import math
+import os
+import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +29,11 @@ IMAGE_PAD_TOKEN = "<|image_pad|>"
 DEFAULT_MIN_PIXELS = 12544
 DEFAULT_MAX_PIXELS = 2073600
 MAX_ASPECT_RATIO = 200
+RESIZE_STRIPS = 4  # an image's first resize runs as this many strips in parallel threads (when it can)
+RESIZE_STRIPS_MIN_PIXELS = 1 << 18  # smaller images are resized in one piece
+
+_STRIP_POOL: ThreadPoolExecutor | None = None
+_STRIP_POOL_LOCK = threading.Lock()
 
 
 class ImageInputError(ValueError):
@@ -139,21 +149,66 @@ class ImageProcessorConfig:
 
 @dataclass
 class ProcessedImage:
-    """Patches of one image and its (t, h, w) patch grid."""
+    """One image cut into patches (uint8, before normalising and the temporal copies) and its (t, h, w) grid."""
 
-    pixel_values: torch.Tensor  # [t*h*w, 3 * temporal_patch_size * patch_size**2], float32
+    patches: torch.Tensor  # [t*h*w, C, patch_size**2] uint8, merge-window order
     grid_thw: tuple[int, int, int]
     resized_size: tuple[int, int]  # (width, height) fed to the vision encoder
     num_tokens: int  # visual tokens in the prompt (patches / merge_size**2)
+    config: ImageProcessorConfig
+
+    @functools.cached_property
+    def pixel_values(self) -> torch.Tensor:
+        """The vision encoder's input [t*h*w, C * temporal * patch**2], float32 (see `pixel_values`)."""
+        return pixel_values(self.patches, self.config)
 
 
-def _resize_like_torchvision(image: Image.Image, height: int, width: int) -> torch.Tensor:
+def _resize_like_torchvision(chw: torch.Tensor, height: int, width: int) -> torch.Tensor:
     """The fast Qwen2-VL processor's resize on CPU: antialiased bicubic straight on the uint8 tensor."""
-    tensor = torch.from_numpy(np.asarray(image, dtype=np.uint8).copy()).permute(2, 0, 1)[None]
     out = torch.nn.functional.interpolate(
-        tensor, size=(height, width), mode="bicubic", align_corners=False, antialias=True
+        chw[None], size=(height, width), mode="bicubic", align_corners=False, antialias=True
     )
     return out[0]
+
+
+def _strip_pool() -> ThreadPoolExecutor | None:
+    """The threads that resize strips of an image (None on a one-core machine)."""
+    global _STRIP_POOL
+    workers = min(RESIZE_STRIPS, os.cpu_count() or 1)
+    if workers > 1 and _STRIP_POOL is None:
+        with _STRIP_POOL_LOCK:
+            if _STRIP_POOL is None:
+                _STRIP_POOL = ThreadPoolExecutor(workers, thread_name_prefix="wam_diff2_resize")
+    return _STRIP_POOL
+
+
+def resize_bicubic(image: Image.Image, width: int, height: int) -> np.ndarray:
+    """`image` resized with PIL's bicubic filter (the reference's first resize), as an HxWx3 uint8 array.
+
+    When only one side changes, PIL resamples along that side alone, so each output column (height changes)
+    or row (width changes) depends on its own input column or row only: the image is cut into strips along
+    the other side and they are resized in parallel threads (PIL releases the GIL) with the whole image's bits.
+    """
+    if (width, height) == image.size:
+        return np.array(image, dtype=np.uint8)
+    pool = _strip_pool()
+    columns = width == image.width  # only the height changes: strips of whole columns
+    one_side = columns or height == image.height
+    if pool is None or not one_side or image.width * image.height < RESIZE_STRIPS_MIN_PIXELS:
+        return np.array(image.resize((width, height), resample=Image.Resampling.BICUBIC), dtype=np.uint8)
+    side = image.width if columns else image.height
+    edges = [side * i // RESIZE_STRIPS for i in range(RESIZE_STRIPS + 1)]
+
+    def strip(bounds: tuple[int, int]) -> np.ndarray:
+        start, stop = bounds
+        if columns:
+            piece, size = image.crop((start, 0, stop, image.height)), (stop - start, height)
+        else:
+            piece, size = image.crop((0, start, image.width, stop)), (width, stop - start)
+        return np.asarray(piece.resize(size, resample=Image.Resampling.BICUBIC), dtype=np.uint8)
+
+    strips = list(pool.map(strip, itertools.pairwise(edges)))
+    return np.concatenate(strips, axis=1 if columns else 0)
 
 
 def preprocess_image(
@@ -165,38 +220,71 @@ def preprocess_image(
     """Resize, normalise and patchify one image exactly as the reference pipeline does."""
     pil = to_pil_rgb(image)
     height, width = resize_target_request(pil.height, pil.width, config.factor, min_pixels, max_pixels)
-    if (width, height) != pil.size:
-        pil = pil.resize((width, height), resample=Image.Resampling.BICUBIC)
+    chw = torch.from_numpy(resize_bicubic(pil, width, height)).permute(2, 0, 1)
     final_h, final_w = resize_target_processor(height, width, config.factor, config.min_pixels, config.max_pixels)
     if (final_h, final_w) != (height, width):
-        chw = _resize_like_torchvision(pil, final_h, final_w)
-    else:
-        chw = torch.from_numpy(np.asarray(pil, dtype=np.uint8).copy()).permute(2, 0, 1)
-    # Fused rescale + normalise: (x - mean * (1/r)) / (std * (1/r)) in float32, like the fast processor.
-    mean = torch.tensor(config.image_mean, dtype=torch.float32).view(3, 1, 1) * (1.0 / config.rescale_factor)
-    std = torch.tensor(config.image_std, dtype=torch.float32).view(3, 1, 1) * (1.0 / config.rescale_factor)
-    normalised = (chw.to(torch.float32) - mean) / std
-    pixel_values, grid = patchify(normalised, config)
+        chw = _resize_like_torchvision(chw, final_h, final_w)
+    patches, grid = cut_patches(chw, config)
     t, h, w = grid
     return ProcessedImage(
-        pixel_values=pixel_values,
+        patches=patches,
         grid_thw=grid,
         resized_size=(final_w, final_h),
         num_tokens=t * h * w // config.merge_size**2,
+        config=config,
     )
 
 
-def patchify(image_chw: torch.Tensor, config: ImageProcessorConfig) -> tuple[torch.Tensor, tuple[int, int, int]]:
-    """Cut a normalised CxHxW still image into Qwen-VL patches (merge-window order, temporal copies)."""
+def normalise(pixels: torch.Tensor, config: ImageProcessorConfig, channel_dim: int) -> torch.Tensor:
+    """Rescale + normalise uint8 pixels in float32 as the fast processor fuses them: (x - mean / r) / (std / r)."""
+    shape = [1] * pixels.dim()
+    shape[channel_dim] = -1
+    mean = torch.tensor(config.image_mean, dtype=torch.float32).view(shape) * (1.0 / config.rescale_factor)
+    std = torch.tensor(config.image_std, dtype=torch.float32).view(shape) * (1.0 / config.rescale_factor)
+    return (pixels.to(torch.float32) - mean) / std
+
+
+def cut_patches(image_chw: torch.Tensor, config: ImageProcessorConfig) -> tuple[torch.Tensor, tuple[int, int, int]]:
+    """Cut a CxHxW image into patches [t*h*w, C, patch**2] in merge-window order (one copy, in its dtype)."""
     channels, height, width = image_chw.shape
-    p, tp, m = config.patch_size, config.temporal_patch_size, config.merge_size
-    frames = image_chw[None].expand(tp, channels, height, width)  # a still image repeated in time
-    grid_t, grid_h, grid_w = 1, height // p, width // p
-    patches = frames.reshape(grid_t, tp, channels, grid_h // m, m, p, grid_w // m, m, p)
-    # -> (t, h_block, w_block, h_in_block, w_in_block, channel, temporal, patch_row, patch_col)
-    patches = patches.permute(0, 3, 6, 4, 7, 2, 1, 5, 8)
-    flat = patches.reshape(grid_t * grid_h * grid_w, channels * tp * p * p).contiguous()
-    return flat, (grid_t, grid_h, grid_w)
+    p, m = config.patch_size, config.merge_size
+    grid_h, grid_w = height // p, width // p
+    patches = image_chw.reshape(channels, grid_h // m, m, p, grid_w // m, m, p)
+    # -> (h_block, w_block, h_in_block, w_in_block, channel, patch_row, patch_col)
+    patches = patches.permute(1, 4, 2, 5, 0, 3, 6).reshape(grid_h * grid_w, channels, p * p)
+    return patches, (1, grid_h, grid_w)
+
+
+def repeat_in_time(patches: torch.Tensor, config: ImageProcessorConfig) -> torch.Tensor:
+    """Patches [N, C, patch**2] of a still image as Qwen-VL's flat patches [N, C * temporal * patch**2]: the
+    flat layout is (channel, temporal, patch_row, patch_col), the frame repeated `temporal_patch_size` times."""
+    count = patches.shape[0]
+    return patches.unsqueeze(2).expand(-1, -1, config.temporal_patch_size, -1).reshape(count, -1)
+
+
+def patchify(image_chw: torch.Tensor, config: ImageProcessorConfig) -> tuple[torch.Tensor, tuple[int, int, int]]:
+    """Cut a (normalised) CxHxW still image into Qwen-VL's flat patches (merge-window order, temporal copies)."""
+    patches, grid = cut_patches(image_chw, config)
+    return repeat_in_time(patches, config), grid
+
+
+def pixel_table(config: ImageProcessorConfig) -> torch.Tensor:
+    """[C, 256] float32: every uint8 value of each channel rescaled and normalised (`normalise`, on the CPU)."""
+    channels = len(config.image_mean)
+    return normalise(torch.arange(256, dtype=torch.uint8).expand(channels, -1), config, channel_dim=0)
+
+
+def pixel_values(patches: torch.Tensor, config: ImageProcessorConfig) -> torch.Tensor:
+    """The vision encoder's input [N, C * temporal * patch**2] (float32, on the patches' device) from uint8
+    patches [N, C, patch**2]: each pixel looked up in `pixel_table` (so every device gets the bits of the CPU's
+    arithmetic) and the still frame repeated in time. Moving the uint8 patches to a GPU and building this there
+    moves an eighth of the bytes."""
+    count, channels, size = patches.shape
+    device = patches.device
+    table = pixel_table(config).to(device).view(-1)
+    offsets = torch.arange(0, channels * 256, 256, dtype=torch.int32, device=device).view(1, channels, 1)
+    values = table.index_select(0, (patches.to(torch.int32) + offsets).view(-1))
+    return repeat_in_time(values.view(count, channels, size), config)
 
 
 @dataclass
@@ -205,21 +293,35 @@ class ModelInputs:
 
     input_ids: torch.Tensor  # [B, P] int64
     attention_mask: torch.Tensor  # [B, P] int64, 0 on padding
-    pixel_values: torch.Tensor | None  # [sum patches, D] float32
+    image_patches: torch.Tensor | None  # [sum patches, C, patch**2] uint8 (`pixel_values` are built from them)
     image_grid_thw: torch.Tensor | None  # [num_images, 3] int64
     prompt_texts: list[str]
     num_image_tokens: list[int]
+    image_config: ImageProcessorConfig = field(default_factory=ImageProcessorConfig)
+
+    @functools.cached_property
+    def pixel_values(self) -> torch.Tensor | None:
+        """The vision encoder's input [sum patches, D] float32, built on the patches' device (`pixel_values`)."""
+        return None if self.image_patches is None else pixel_values(self.image_patches, self.image_config)
 
     def to(self, device: torch.device | str) -> ModelInputs:
-        """A copy with every tensor on `device`."""
+        """A copy with every tensor on `device` (the images as uint8 patches: an eighth of the pixel values' bytes)."""
         return ModelInputs(
             input_ids=self.input_ids.to(device),
             attention_mask=self.attention_mask.to(device),
-            pixel_values=None if self.pixel_values is None else self.pixel_values.to(device),
+            image_patches=None if self.image_patches is None else self.image_patches.to(device),
             image_grid_thw=None if self.image_grid_thw is None else self.image_grid_thw.to(device),
             prompt_texts=self.prompt_texts,
             num_image_tokens=self.num_image_tokens,
+            image_config=self.image_config,
         )
+
+
+def _concatenated(patches: list[torch.Tensor]) -> torch.Tensor | None:
+    """All images' patches in one tensor (no copy for a single image)."""
+    if not patches:
+        return None
+    return patches[0] if len(patches) == 1 else torch.cat(patches, dim=0)
 
 
 class WamDiff2Processor:
@@ -263,7 +365,7 @@ class WamDiff2Processor:
         if padding_side not in ("left", "right"):
             raise ValueError(f"padding_side must be 'left' or 'right', got {padding_side!r}")
         texts: list[str] = []
-        all_pixels: list[torch.Tensor] = []
+        all_patches: list[torch.Tensor] = []
         grids: list[tuple[int, int, int]] = []
         token_counts: list[int] = []
         for messages in conversations:
@@ -285,17 +387,18 @@ class WamDiff2Processor:
             for item, piece in zip(processed, pieces[1:], strict=True):
                 expanded += IMAGE_PAD_TOKEN * item.num_tokens + piece
             texts.append(expanded)
-            all_pixels.extend(item.pixel_values for item in processed)
+            all_patches.extend(item.patches for item in processed)
             grids.extend(item.grid_thw for item in processed)
             token_counts.append(sum(item.num_tokens for item in processed))
         encoded = self._tokenize(texts, padding_side)
         return ModelInputs(
             input_ids=encoded[0],
             attention_mask=encoded[1],
-            pixel_values=torch.cat(all_pixels, dim=0) if all_pixels else None,
+            image_patches=_concatenated(all_patches),
             image_grid_thw=torch.tensor(grids, dtype=torch.long) if grids else None,
             prompt_texts=texts,
             num_image_tokens=token_counts,
+            image_config=self.image_config,
         )
 
     def _tokenize(self, texts: list[str], padding_side: str) -> tuple[torch.Tensor, torch.Tensor]:
