@@ -11,7 +11,8 @@
 #   2. scripts/engine_agreement.py: demo model, bfloat16, 24 varied plans: identical sequences / total and the
 #      waypoint distances of differing plans, for each fast variant and for the exact engine in float32
 #   3. test/test_fast_decoding_cuda.py: fast == exact tokens in float32 on CUDA, with and without CUDA graphs
-#   4. scripts/profile_gpu_step.py: the captured step's replay time and kernels by kind, fast and fast-compiled
+#   4. scripts/profile_gpu_step.py: the captured step's replay time and kernels by kind, and one plan's wall
+#      and GPU time per phase (preprocess is in 'plan', vision inside prefill), fast and fast-compiled
 #
 # Environment: PYTHON (default .venv/bin/python, else python3), OUT (default .), ITERATIONS (default 5),
 # CUDA_TORCH_SPEC (default "torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128").
@@ -66,8 +67,9 @@ step "demo model agreement, $agreement_dtype" 90 \
   --prompts "$prompts" --compiled --yardstick-dtype float32 --json "$OUT/agreement.json"
 step "fast == exact on CUDA, float32 (skipped without CUDA)" 120 \
   "$PYTHON" -m pytest -q -p no:cacheprovider -x test/test_fast_decoding_cuda.py
-step "step graph profile" 90 \
-  "$PYTHON" scripts/profile_gpu_step.py "${bench[@]}" --engine fast --engine fast-compiled --json "$OUT/profile.json"
+step "step graph and plan phase profile" 120 \
+  "$PYTHON" scripts/profile_gpu_step.py "${bench[@]}" --max-new-tokens 32 --engine fast --engine fast-compiled \
+  --json "$OUT/profile.json"  # one block: the same step graph (capacity bucket), a plan trace 4x smaller
 
 if [ ${#failed[@]} -gt 0 ]; then
   echo "bench_gpu.sh: failed steps: ${failed[*]}"

@@ -1,10 +1,14 @@
-"""Where a captured denoising step's GPU time goes: replay time, kernels per step and GPU time by kind.
+"""Where a plan's GPU time goes: the captured denoising step, and each phase of one whole plan.
 
-Decodes the benchmark's workload once per engine variant (CUDA graphs on), then replays the step graph it
-captured: timed with CUDA events (median of `--replays`), and once under the profiler, whose kernels are
-grouped by name into matrix products, attention, Triton (fused) kernels and other element-wise/copy kernels.
-Also times the eager rest of a step (the "anything masked?" read, greedy sampling, remasking) on the replayed
-logits. Takes `wam-diff2-bench`'s flags (only `fast` and `fast-compiled` have graphs):
+Decodes the benchmark's workload once per engine variant (CUDA graphs on), then
+- replays the step graph it captured: timed with CUDA events (median of `--replays`), and once under the
+  profiler, whose kernels are grouped by name into matrix products, attention, Triton (fused) kernels and
+  other element-wise/copy kernels; also times the eager rest of a step (the "anything masked?" read, greedy
+  sampling, remasking) on the replayed logits (`step_graphs` in the JSON);
+- profiles one more plan with a profiler range per decoder phase (prefill, vision inside it, step, block,
+  commit): per phase the host wall time, the GPU time of the kernels that start in it, their count and kinds
+  (`plan_phases`). GPU time well under the wall time marks a phase bound by the host (launches, syncs).
+Takes `wam-diff2-bench`'s flags (only `fast` and `fast-compiled` have graphs; the plan profile runs anywhere):
 
     python scripts/profile_gpu_step.py --random-2b --device cuda --dtype bfloat16 --width 1920 --height 1080 \
         --engine fast --engine fast-compiled --json profile.json
@@ -12,6 +16,7 @@ logits. Takes `wam-diff2-bench`'s flags (only `fast` and `fast-compiled` have gr
 
 from __future__ import annotations
 
+import bisect
 import json
 import statistics
 import sys
@@ -93,6 +98,107 @@ def profile_graph(graph: Any, replays: int) -> dict[str, Any]:
     }
 
 
+class PhaseRanges:
+    """Profiler ranges named after the decoder's phases (its `observe` calls) and the vision encoder (hooks)."""
+
+    def __init__(self, visual: torch.nn.Module) -> None:
+        self.open: Any = None
+        self.vision: Any = None
+        self.hooks = [
+            visual.register_forward_pre_hook(lambda *_: self._enter_vision()),
+            visual.register_forward_hook(lambda *_: self._exit_vision()),
+        ]
+
+    def __call__(self, phase: str) -> None:
+        if self.open is not None:
+            self.open.__exit__(None, None, None)
+            self.open = None
+        if phase != "done":
+            self.open = torch.profiler.record_function(f"phase:{phase}")
+            self.open.__enter__()
+
+    def _enter_vision(self) -> None:
+        self.vision = torch.profiler.record_function("phase:vision")
+        self.vision.__enter__()
+
+    def _exit_vision(self) -> None:
+        self.vision.__exit__(None, None, None)
+
+    def remove(self) -> None:
+        for hook in self.hooks:
+            hook.remove()
+
+
+def innermost_segments(spans: list[tuple[float, float, str]]) -> list[tuple[float, float, str]]:
+    """Nested (start, end, name) spans as non-overlapping segments, each named after its innermost span."""
+    segments: list[tuple[float, float, str]] = []
+    stack: list[tuple[float, float, str]] = []
+    cursor = None
+    for start, end, name in sorted(spans, key=lambda span: (span[0], -span[1])):
+        while stack and stack[-1][1] <= start:  # close the spans that end before this one starts
+            closed = stack.pop()
+            segments.append((cursor, closed[1], closed[2]))
+            cursor = closed[1]
+        if stack and cursor is not None and cursor < start:
+            segments.append((cursor, start, stack[-1][2]))
+        stack.append((start, end, name))
+        cursor = start
+    while stack:
+        closed = stack.pop()
+        segments.append((cursor, closed[1], closed[2]))
+        cursor = closed[1]
+    return [segment for segment in segments if segment[1] > segment[0]]
+
+
+def profile_plan(engine: Any, conversations: list, config: Any) -> dict[str, Any]:
+    """One plan under the profiler: per phase the host wall ms, and the kernels starting in it by kind."""
+    ranges = PhaseRanges(engine.model.model.visual)
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if torch.cuda.is_available():
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    try:
+        with torch.profiler.profile(activities=activities) as prof, torch.profiler.record_function("phase:plan"):
+            engine.generate_conversations(conversations, config, observe=ranges)
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+    finally:
+        ranges.remove()
+    events = prof.events()
+    spans = [(e.time_range.start, e.time_range.end, e.name.removeprefix("phase:")) for e in events]
+    spans = [span for span, e in zip(spans, events, strict=True) if e.name.startswith("phase:")]
+    phases: dict[str, dict[str, Any]] = {}
+
+    def entry_of(name: str) -> dict[str, Any]:
+        return phases.setdefault(name, {"count": 0, "wall_ms": 0.0, "gpu_ms": 0.0, "kernels": 0, "by_kind_ms": {}})
+
+    for start, end, name in sorted(spans):
+        entry_of(name)["count"] += 1
+        entry_of(name)["wall_ms"] += (end - start) / 1000
+    segments = innermost_segments(spans)
+    starts = [segment[0] for segment in segments]
+    for event in events:
+        if event.device_type != torch.autograd.DeviceType.CUDA:
+            continue
+        index = bisect.bisect_right(starts, event.time_range.start) - 1
+        inside = index >= 0 and event.time_range.start <= segments[index][1]
+        entry = entry_of(segments[index][2] if inside else "after the plan")
+        entry["kernels"] += 1
+        entry["gpu_ms"] += event.device_time_total / 1000
+        kind = kind_of(event.name)
+        entry["by_kind_ms"][kind] = entry["by_kind_ms"].get(kind, 0.0) + event.device_time_total / 1000
+    return phases
+
+
+def print_plan(name: str, phases: dict[str, Any]) -> None:
+    print(f"== {name}: one plan by phase; wall ms nest (plan > prefill > vision), kernels go to the innermost")
+    for phase, entry in phases.items():
+        kinds = ", ".join(f"{k} {ms:.1f}" for k, ms in sorted(entry["by_kind_ms"].items(), key=lambda i: -i[1]))
+        print(
+            f"   {phase:<15} x{entry['count']:<4} wall {entry['wall_ms']:9.2f} ms  GPU {entry['gpu_ms']:9.2f} ms"
+            f"  {entry['kernels']:>6} kernels  {kinds}"
+        )
+
+
 def main() -> int:
     parser = build_parser()
     parser.add_argument("--replays", type=int, default=50)
@@ -100,17 +206,19 @@ def main() -> int:
     settings = settings_from(args)
     engine = load_engine(settings)
     conversations, base = workload(settings)
-    results: dict[str, Any] = {}
+    results: dict[str, Any] = {"step_graphs": {}, "plan_phases": {}}
     for name in settings.engine:
         config = engine_config(base, name).with_overrides(cuda_graphs=True)
         for _ in range(2):  # capture, then a plain run
             engine.generate_conversations(conversations, config)
+        results["plan_phases"][name] = phases = profile_plan(engine, conversations, config)
+        print_plan(name, phases)
         store = getattr(engine.backbone, "_cuda_graph_steps", None)
         entries = [e for k, e in (store.graphs.items() if store else []) if k[3] == config.torch_compile]
         if not entries:
             print(f"{name}: no captured step graph (not CUDA, or the capture failed)")
             continue
-        results[name] = figures = profile_graph(entries[-1]["graph"], args.replays)
+        results["step_graphs"][name] = figures = profile_graph(entries[-1]["graph"], args.replays)
         figures["rest_of_step_ms_median"] = rest_of_step_ms(entries[-1]["logits"], args.replays)
         print(
             f"== {name}: replay {figures['replay_ms_median']:.3f} ms (median), {figures['kernels']} kernels; "

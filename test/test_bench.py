@@ -53,7 +53,13 @@ def test_gpu_bench_script_runs_its_tiny_cpu_mode(tmp_path):
     assert "fast-compiled: tokens identical" in done.stdout
     agreement = json.loads((tmp_path / "agreement.json").read_text())
     assert set(agreement["variants"]) == {"fast (no graphs)", "fast-compiled", "exact (float32)"}
-    assert json.loads((tmp_path / "profile.json").read_text()) == {}  # no CUDA graphs to profile on CPU
+    profile = json.loads((tmp_path / "profile.json").read_text())
+    assert profile["step_graphs"] == {}  # no CUDA graphs to profile on CPU
+    for phases in profile["plan_phases"].values():  # one plan per engine, by decoder phase
+        assert {"plan", "prefill", "vision", "step", "commit"} <= set(phases)
+        assert phases["plan"]["wall_ms"] > phases["prefill"]["wall_ms"] > phases["vision"]["wall_ms"] > 0
+        assert phases["step"]["count"] >= 2 and phases["vision"]["count"] == 1
+    assert set(profile["plan_phases"]) == {"fast", "fast-compiled"} and "one plan by phase" in done.stdout
 
 
 def test_bench_flags_are_kebab_case_and_old_underscore_spellings_still_parse():
