@@ -154,6 +154,14 @@ def test_first_resize_in_strips_has_the_bits_of_one_pil_resize(monkeypatch, size
     assert len(calls) == (4 if split else 1)
 
 
+def test_a_lazily_loaded_file_image_gives_the_arrays_pixel_values(tmp_path):
+    frame = noise_image(1920, 1080, seed=5)  # 1080p: the first resize runs in strips
+    Image.fromarray(frame).save(tmp_path / "frame.png")
+    with Image.open(tmp_path / "frame.png") as opened:  # not decoded until something loads it
+        from_file = preprocess_image(opened, QWEN3_VL_2B)
+    assert torch.equal(from_file.patches, preprocess_image(frame, QWEN3_VL_2B).patches)
+
+
 CLIP_STATS = ImageProcessorConfig(  # per-channel statistics, so each channel has its own table
     image_mean=(0.48145466, 0.4578275, 0.40821073), image_std=(0.26862954, 0.26130258, 0.27577711)
 )

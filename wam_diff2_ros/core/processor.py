@@ -198,17 +198,13 @@ def resize_bicubic(image: Image.Image, width: int, height: int) -> np.ndarray:
         return np.array(image.resize((width, height), resample=Image.Resampling.BICUBIC), dtype=np.uint8)
     side = image.width if columns else image.height
     edges = [side * i // RESIZE_STRIPS for i in range(RESIZE_STRIPS + 1)]
-
-    def strip(bounds: tuple[int, int]) -> np.ndarray:
-        start, stop = bounds
-        if columns:
-            piece, size = image.crop((start, 0, stop, image.height)), (stop - start, height)
-        else:
-            piece, size = image.crop((0, start, image.width, stop)), (width, stop - start)
-        return np.asarray(piece.resize(size, resample=Image.Resampling.BICUBIC), dtype=np.uint8)
-
-    strips = list(pool.map(strip, itertools.pairwise(edges)))
-    return np.concatenate(strips, axis=1 if columns else 0)
+    # cut on this thread (cropping may load the image), resize the separate strips in the pool
+    if columns:
+        pieces = [(image.crop((a, 0, b, image.height)), (b - a, height)) for a, b in itertools.pairwise(edges)]
+    else:
+        pieces = [(image.crop((0, a, image.width, b)), (width, b - a)) for a, b in itertools.pairwise(edges)]
+    strips = pool.map(lambda piece: piece[0].resize(piece[1], resample=Image.Resampling.BICUBIC), pieces)
+    return np.concatenate([np.asarray(strip, dtype=np.uint8) for strip in strips], axis=1 if columns else 0)
 
 
 def preprocess_image(
