@@ -13,6 +13,7 @@
 #   3. test/test_fast_decoding_cuda.py: fast == exact tokens in float32 on CUDA, with and without CUDA graphs
 #   4. scripts/profile_gpu_step.py: the captured step's replay time and kernels by kind, and one plan's wall
 #      and GPU time per phase (preprocess is in 'plan', vision inside prefill), fast and fast-compiled
+#   5. scripts/probe_gpu_gemms.py: a step's matrix products by shape (as the model has them, merged, scores)
 #
 # Environment: PYTHON (default .venv/bin/python, else python3), OUT (default .), ITERATIONS (default 5),
 # CUDA_TORCH_SPEC (default "torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128").
@@ -39,7 +40,7 @@ step() {  # step NAME SECONDS COMMAND...: run (at most SECONDS), time and report
 }
 
 if [ "${BENCH_GPU_TINY:-0}" = 1 ]; then
-  device=cpu agreement_dtype=float32 prompts=2
+  device=cpu agreement_dtype=float32 prompts=2 probe=(--tiny --device cpu)
   bench=(--model-id tiny --device cpu --dtype float32 --width 64 --height 64 --max-new-tokens 20 --block-size 8)
   bench+=(--warmup 0 --iterations 1)
 else
@@ -52,7 +53,7 @@ else
     "$PYTHON" -m pip install --quiet ${CUDA_TORCH_SPEC:-torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128}
   fi
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
-  device=cuda agreement_dtype=bfloat16 prompts=24
+  device=cuda agreement_dtype=bfloat16 prompts=24 probe=(--device cuda)
   bench=(--random-2b --device cuda --dtype bfloat16 --width 1920 --height 1080 --warmup 3 --iterations "$ITERATIONS")
 fi
 "$PYTHON" -c "import sys, torch, transformers; print('python', sys.version.split()[0], 'torch', torch.__version__,
@@ -70,6 +71,8 @@ step "fast == exact on CUDA, float32 (skipped without CUDA)" 120 \
 step "step graph and plan phase profile" 120 \
   "$PYTHON" scripts/profile_gpu_step.py "${bench[@]}" --max-new-tokens 32 --engine fast --engine fast-compiled \
   --json "$OUT/profile.json"  # one block: the same step graph (capacity bucket), a plan trace 4x smaller
+step "matrix products by shape" 60 \
+  "$PYTHON" scripts/probe_gpu_gemms.py "${probe[@]}" --json "$OUT/gemms.json"
 
 if [ ${#failed[@]} -gt 0 ]; then
   echo "bench_gpu.sh: failed steps: ${failed[*]}"

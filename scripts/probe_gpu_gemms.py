@@ -1,0 +1,158 @@
+#!/usr/bin/env python3
+"""How fast a denoising step's matrix products can be, by shape: data for the next fused-step change.
+
+A step multiplies 32 rows (batch 1 x block 32) by every text weight. The H200 profile (README) puts the
+layers' products at about 1.7 ms per step, under half the copy bandwidth. This script times, per step (all
+layers, each with its own weights so nothing stays in the L2 cache), the projections as the model has them
+and merged (q/k/v as one product, gate/up as one), the output layer, and the attention's score product in
+three precisions (float32 inputs, as `grouped_attention` does now; bf16 inputs with a float32 result through
+`torch.bmm(..., out_dtype=)` where this torch has it; bf16 throughout). On CUDA each variant is captured into
+a CUDA graph and replayed (as in the engine; median of `--replays`), so launch overhead is not counted.
+
+    python scripts/probe_gpu_gemms.py --json gemms.json            # CUDA, the 2B shapes, bf16
+    python scripts/probe_gpu_gemms.py --tiny --device cpu          # checks the script anywhere
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+# WAM-Diff2-B32-2B text model (core/model.py wam_diff2_2b_config) and a tiny stand-in for script checks
+SHAPES = {
+    "2b": {"hidden": 2048, "q": 2048, "kv": 1024, "mlp": 6144, "vocab": 151936, "layers": 28, "kv_heads": 8},
+    "tiny": {"hidden": 64, "q": 64, "kv": 32, "mlp": 192, "vocab": 1000, "layers": 4, "kv_heads": 2},
+}
+HEAD_DIM = {"2b": 128, "tiny": 16}
+ROWS = 32  # batch 1 x block 32
+CONTEXT = 2304  # the capacity bucket of a 1080p plan (2105-token prompt + 128 new tokens, rounded up to 256)
+
+
+def timed_ms(function: Callable[[], object], device: torch.device, replays: int) -> float:
+    """Median ms of `function` (CUDA: captured once into a graph and replayed; else called)."""
+    if device.type == "cuda":
+        stream = torch.cuda.Stream(device)
+        stream.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(stream):
+            function()
+        torch.cuda.current_stream(device).wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            function()
+        run = graph.replay
+    else:
+        run = function
+    run()
+    times = []
+    for _ in range(replays):
+        if device.type == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            run()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end))
+        else:
+            started = time.perf_counter()
+            run()
+            times.append((time.perf_counter() - started) * 1e3)
+    return statistics.median(times)
+
+
+def projections(shape: dict[str, int]) -> dict[str, list[tuple[int, int]]]:
+    """(in, out) of each product per layer, as the model has them and merged."""
+    hidden, q, kv, mlp = shape["hidden"], shape["q"], shape["kv"], shape["mlp"]
+    return {
+        "q, k, v (3 products)": [(hidden, q), (hidden, kv), (hidden, kv)],
+        "q/k/v merged": [(hidden, q + 2 * kv)],
+        "o": [(q, hidden)],
+        "gate, up (2 products)": [(hidden, mlp), (hidden, mlp)],
+        "gate/up merged": [(hidden, 2 * mlp)],
+        "down": [(mlp, hidden)],
+    }
+
+
+def probe(size: str, device: torch.device, dtype: torch.dtype, replays: int) -> dict[str, dict[str, float]]:
+    shape = SHAPES[size]
+    layers = shape["layers"]
+    results: dict[str, dict[str, float]] = {}
+
+    def record(name: str, function: Callable[[], object], nbytes: int) -> None:
+        ms = timed_ms(function, device, replays)
+        results[name] = {"ms_per_step": ms, "weight_mb": nbytes / 2**20, "gb_per_s": nbytes / ms / 1e6}
+        print(f"  {name:<44} {ms:8.3f} ms per step  {nbytes / 2**20:8.1f} MB  {nbytes / ms / 1e6:7.0f} GB/s")
+
+    generator = torch.Generator(device="cpu").manual_seed(0)
+
+    def weights(n_in: int, n_out: int) -> torch.Tensor:
+        return (torch.randn(n_out, n_in, generator=generator) * 0.02).to(device=device, dtype=dtype)
+
+    for name, products in projections(shape).items():
+        stack = [[weights(n_in, n_out) for n_in, n_out in products] for _ in range(layers)]
+        inputs = [torch.randn(ROWS, n_in, device=device, dtype=dtype) for n_in, _ in products]
+
+        def run(stack: list = stack, inputs: list = inputs) -> None:
+            for layer in stack:
+                for x, w in zip(inputs, layer, strict=True):
+                    torch.nn.functional.linear(x, w)
+
+        record(f"{name} x{layers} layers", run, sum(w.numel() * w.element_size() for ws in stack for w in ws))
+        del stack
+    head = weights(shape["hidden"], shape["vocab"])
+    rows = torch.randn(ROWS, shape["hidden"], device=device, dtype=dtype)
+    record("output layer", lambda: torch.nn.functional.linear(rows, head), head.numel() * head.element_size())
+
+    heads, dim = shape["kv_heads"], HEAD_DIM[size]
+    groups = shape["q"] // dim // heads
+    query = torch.randn(heads, groups * ROWS, dim, device=device, dtype=dtype)
+    keys = [torch.randn(heads, CONTEXT, dim, device=device, dtype=dtype) for _ in range(layers)]
+    key_bytes = sum(k.numel() * k.element_size() for k in keys)
+    short = str(dtype).removeprefix("torch.")
+    record(
+        f"scores, float32 inputs x{layers}",
+        lambda: [torch.matmul(query.float(), k.float().transpose(-1, -2)) for k in keys],
+        key_bytes,
+    )
+    record(f"scores, {short} throughout x{layers}", lambda: [query @ k.transpose(-1, -2) for k in keys], key_bytes)
+    try:
+        torch.bmm(query, keys[0].transpose(-1, -2), out_dtype=torch.float32)
+    except (TypeError, RuntimeError, NotImplementedError) as exc:
+        print(f"  scores with a float32 result from {short} inputs: not in this torch here ({type(exc).__name__})")
+    else:
+        record(
+            f"scores, {short} inputs, float32 result x{layers}",
+            lambda: [torch.bmm(query, k.transpose(-1, -2), out_dtype=torch.float32) for k in keys],
+            key_bytes,
+        )
+    return results
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--dtype", default=None, help="default: bfloat16 on CUDA, float32 elsewhere")
+    parser.add_argument("--tiny", action="store_true", help="tiny shapes (a check of the script)")
+    parser.add_argument("--replays", type=int, default=20)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    device = torch.device(args.device)
+    dtype = getattr(torch, args.dtype or ("bfloat16" if device.type == "cuda" else "float32"))
+    size = "tiny" if args.tiny else "2b"
+    print(
+        f"matrix products of one denoising step ({size} shapes, {ROWS} rows, {dtype}, {device}, "
+        f"torch {torch.__version__})"
+    )
+    results = probe(size, device, dtype, args.replays)
+    if args.json:
+        args.json.write_text(json.dumps({"shapes": size, "dtype": str(dtype), "products": results}, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
