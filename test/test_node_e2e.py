@@ -213,3 +213,45 @@ def test_demo_plan_older_than_max_plan_age_is_stale(tmp_path, harness) -> None:
     finally:
         feeder.stop()
         assert process.stop(timeout=60) == 0  # a CPU decode in flight finishes first
+
+
+def test_fast_and_exact_engines_publish_the_same_plans(tmp_path, harness) -> None:
+    """Two nodes on the same sensor feed, `decoding.engine: exact` and `fast`: for the same prompt (image
+    content, command, telemetry) they publish the same answer and waypoints."""
+    checkpoint = trained_checkpoint()
+    if checkpoint is None:
+        pytest.skip("no trained checkpoint yet: set WAM_DIFF2_TRAINED_CHECKPOINT or ship the demo model")
+    if MSGS is None:
+        pytest.skip(MSGS_PROBLEM)
+    extra = {"decoding.max_new_tokens": 128, "decoding.denoising_steps": 32, "planning.max_plan_age_s": 600.0}
+    runs = {}
+    for engine in ("exact", "fast"):
+        ns = f"/{engine}_engine"
+        process = start_node(tmp_path, harness, ns, checkpoint, **{**extra, "decoding.engine": engine})
+        settings = FeedSettings(compressed_camera=False, command="straight", frame=drive_frame())
+        runs[engine] = (
+            process,
+            SensorFeeder(harness.node, f"{ns}/wam_diff2", settings),
+            Collector(harness.node, MSGS.PlannedTrajectory, f"{ns}/wam_diff2/output/trajectory"),
+        )
+    try:
+        for _, feeder, _ in runs.values():
+            feeder.start()
+        plans = {}
+        for engine, (process, _, trajectories) in runs.items():
+            assert trajectories.wait_for(lambda t: t.valid, timeout=240) is not None, process.output()
+            plans[engine] = {t.prompt: t for t in trajectories.snapshot() if t.valid}
+        shared = sorted(set(plans["exact"]) & set(plans["fast"]))
+        assert shared, "no prompt planned by both nodes"
+        for prompt in shared:
+            exact, fast = plans["exact"][prompt], plans["fast"][prompt]
+            assert fast.raw_text == exact.raw_text
+            assert [(p.pose.position.x, p.pose.position.y) for p in fast.points] == [
+                (p.pose.position.x, p.pose.position.y) for p in exact.points
+            ]
+        assert "decoding engine exact (decoding.engine: exact)" in runs["exact"][0].output()
+        assert "decoding engine fast (decoding.engine: fast)" in runs["fast"][0].output()
+    finally:
+        for process, feeder, _ in runs.values():
+            feeder.stop()
+            assert process.stop(timeout=60) == 0
