@@ -16,10 +16,11 @@ from wam_diff2_ros.core.checkpoint import inspect_checkpoint, load_processor
 from wam_diff2_ros.core.processor import (
     ImageInputError,
     ImageProcessorConfig,
+    cut_patches,
     normalise,
-    patchify,
     pixel_values,
     preprocess_image,
+    repeat_in_time,
     resize_bicubic,
     resize_target_request,
 )
@@ -117,6 +118,11 @@ def test_patch_layout_matches_transformers_image_processor():
     ours = preprocess_image(image, QWEN3_VL_2B)
     assert tuple(expected["image_grid_thw"][0].tolist()) == ours.grid_thw == (1, 16, 20)
     torch.testing.assert_close(ours.pixel_values, expected["pixel_values"].float(), atol=1e-6, rtol=0)
+
+
+def patchify(image_chw, config):
+    patches, grid = cut_patches(image_chw, config)
+    return repeat_in_time(patches, config), grid
 
 
 def test_patchify_repeats_the_still_frame_in_time():

@@ -17,7 +17,7 @@ import os
 import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -213,7 +213,8 @@ def preprocess_image(
     min_pixels: int = DEFAULT_MIN_PIXELS,
     max_pixels: int = DEFAULT_MAX_PIXELS,
 ) -> ProcessedImage:
-    """Resize, normalise and patchify one image exactly as the reference pipeline does."""
+    """Resize one image and cut it into uint8 patches exactly as the reference pipeline does (its pixel values:
+    `ProcessedImage.pixel_values`)."""
     pil = to_pil_rgb(image)
     height, width = resize_target_request(pil.height, pil.width, config.factor, min_pixels, max_pixels)
     chw = torch.from_numpy(resize_bicubic(pil, width, height)).permute(2, 0, 1)
@@ -258,12 +259,6 @@ def repeat_in_time(patches: torch.Tensor, config: ImageProcessorConfig) -> torch
     return patches.unsqueeze(2).expand(-1, -1, config.temporal_patch_size, -1).reshape(count, -1)
 
 
-def patchify(image_chw: torch.Tensor, config: ImageProcessorConfig) -> tuple[torch.Tensor, tuple[int, int, int]]:
-    """Cut a (normalised) CxHxW still image into Qwen-VL's flat patches (merge-window order, temporal copies)."""
-    patches, grid = cut_patches(image_chw, config)
-    return repeat_in_time(patches, config), grid
-
-
 def pixel_table(config: ImageProcessorConfig) -> torch.Tensor:
     """[C, 256] float32: every uint8 value of each channel rescaled and normalised (`normalise`, on the CPU)."""
     channels = len(config.image_mean)
@@ -293,7 +288,7 @@ class ModelInputs:
     image_grid_thw: torch.Tensor | None  # [num_images, 3] int64
     prompt_texts: list[str]
     num_image_tokens: list[int]
-    image_config: ImageProcessorConfig = field(default_factory=ImageProcessorConfig)
+    image_config: ImageProcessorConfig  # normalisation of the patches into pixel values
 
     @functools.cached_property
     def pixel_values(self) -> torch.Tensor | None:
