@@ -13,7 +13,8 @@
 #   3. test/test_fast_decoding_cuda.py: fast == exact tokens in float32 on CUDA, with and without CUDA graphs
 #   4. scripts/profile_gpu_step.py: the captured step's replay time and kernels by kind, and one plan's wall
 #      and GPU time per phase (preprocess is in 'plan', vision inside prefill), fast and fast-compiled
-#   5. scripts/probe_gpu_gemms.py: a step's matrix products by shape (as the model has them, merged, scores)
+#   5. scripts/probe_gpu_kernels.py: a step's matrix products by shape (as the model has them, merged, scores)
+#      and its attention by kernel (masked SDPA, grouped_attention, flash varlen with seqused_k)
 #
 # Environment: PYTHON (default .venv/bin/python, else python3), OUT (default .), ITERATIONS (default 5),
 # CUDA_TORCH_SPEC (default "torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128").
@@ -71,8 +72,8 @@ step "fast == exact on CUDA, float32 (skipped without CUDA)" 120 \
 step "step graph and plan phase profile" 120 \
   "$PYTHON" scripts/profile_gpu_step.py "${bench[@]}" --max-new-tokens 32 --engine fast --engine fast-compiled \
   --json "$OUT/profile.json"  # one block: the same step graph (capacity bucket), a plan trace 4x smaller
-step "matrix products by shape" 60 \
-  "$PYTHON" scripts/probe_gpu_gemms.py "${probe[@]}" --json "$OUT/gemms.json"
+step "matrix products and attention by variant" 90 \
+  "$PYTHON" scripts/probe_gpu_kernels.py "${probe[@]}" --json "$OUT/kernels.json"
 
 if [ ${#failed[@]} -gt 0 ]; then
   echo "bench_gpu.sh: failed steps: ${failed[*]}"

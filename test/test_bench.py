@@ -60,9 +60,10 @@ def test_gpu_bench_script_runs_its_tiny_cpu_mode(tmp_path):
         assert phases["plan"]["wall_ms"] > phases["prefill"]["wall_ms"] > phases["vision"]["wall_ms"] > 0
         assert phases["step"]["count"] >= 2 and phases["vision"]["count"] == 1
     assert set(profile["plan_phases"]) == {"fast", "fast-compiled"} and "one plan by phase" in done.stdout
-    products = json.loads((tmp_path / "gemms.json").read_text())["products"]
+    products = json.loads((tmp_path / "kernels.json").read_text())["products"]
     assert {"q, k, v (3 products) x4 layers", "q/k/v merged x4 layers", "output layer"} <= set(products)
-    assert all(entry["ms_per_step"] > 0 and entry["weight_mb"] > 0 for entry in products.values())
+    assert "attention: masked SDPA after repeat_kv x4" in products
+    assert all(entry["ms_per_step"] > 0 and entry["read_mb"] > 0 for entry in products.values())
 
 
 def test_bench_flags_are_kebab_case_and_old_underscore_spellings_still_parse():

@@ -1,16 +1,20 @@
 #!/usr/bin/env python3
-"""How fast a denoising step's matrix products can be, by shape: data for the next fused-step change.
+"""How fast a denoising step's matrix products and attention can be, by variant: data for the next change.
 
 A step multiplies 32 rows (batch 1 x block 32) by every text weight. The H200 profile (README) puts the
 layers' products at about 1.7 ms per step, under half the copy bandwidth. This script times, per step (all
 layers, each with its own weights so nothing stays in the L2 cache), the projections as the model has them
 and merged (q/k/v as one product, gate/up as one), the output layer, and the attention's score product in
 three precisions (float32 inputs, as `grouped_attention` does now; bf16 inputs with a float32 result through
-`torch.bmm(..., out_dtype=)` where this torch has it; bf16 throughout). On CUDA each variant is captured into
-a CUDA graph and replayed (as in the engine; median of `--replays`), so launch overhead is not counted.
+`torch.bmm(..., out_dtype=)` where this torch has it; bf16 throughout), and the whole attention of a step
+over a capacity bucket: masked SDPA after `repeat_kv` (the fast engine), `grouped_attention` eager (the
+fused engine's, uncompiled here), flash attention in varlen form reading only the used slots (`seqused_k`, a
+device tensor: capturable for every block), and unmasked SDPA over exactly the used slots (a floor). On CUDA
+each variant is captured into a CUDA graph and replayed (as in the engine; median of `--replays`), so launch
+overhead is not counted; a variant this torch or device lacks is reported and skipped.
 
-    python scripts/probe_gpu_gemms.py --json gemms.json            # CUDA, the 2B shapes, bf16
-    python scripts/probe_gpu_gemms.py --tiny --device cpu          # checks the script anywhere
+    python scripts/probe_gpu_kernels.py --json kernels.json            # CUDA, the 2B shapes, bf16
+    python scripts/probe_gpu_kernels.py --tiny --device cpu          # checks the script anywhere
 """
 
 from __future__ import annotations
@@ -85,7 +89,7 @@ def probe(size: str, device: torch.device, dtype: torch.dtype, replays: int) -> 
 
     def record(name: str, function: Callable[[], object], nbytes: int) -> None:
         ms = timed_ms(function, device, replays)
-        results[name] = {"ms_per_step": ms, "weight_mb": nbytes / 2**20, "gb_per_s": nbytes / ms / 1e6}
+        results[name] = {"ms_per_step": ms, "read_mb": nbytes / 2**20, "gb_per_s": nbytes / ms / 1e6}
         print(f"  {name:<44} {ms:8.3f} ms per step  {nbytes / 2**20:8.1f} MB  {nbytes / ms / 1e6:7.0f} GB/s")
 
     generator = torch.Generator(device="cpu").manual_seed(0)
@@ -130,7 +134,57 @@ def probe(size: str, device: torch.device, dtype: torch.dtype, replays: int) -> 
             lambda: [torch.bmm(query, k.transpose(-1, -2), out_dtype=torch.float32) for k in keys],
             key_bytes,
         )
+    attention(shape, HEAD_DIM[size], device, dtype, record)
     return results
+
+
+def attention(
+    shape: dict[str, int], dim: int, device: torch.device, dtype: torch.dtype, record: Callable[..., None]
+) -> None:
+    """The step's attention over a capacity bucket, per variant (see the module docstring)."""
+    from wam_diff2_ros.core.fused_ops import grouped_attention
+
+    layers, kv_heads = shape["layers"], shape["kv_heads"]
+    heads = shape["q"] // dim
+    used = CONTEXT - 71  # slots holding the prompt and the blocks so far (the 1080p plan's last block)
+    query = torch.randn(1, heads, ROWS, dim, device=device, dtype=dtype)
+    caches = [
+        tuple(torch.randn(1, kv_heads, CONTEXT, dim, device=device, dtype=dtype) for _ in "kv") for _ in range(layers)
+    ]
+    mask = (torch.arange(CONTEXT, device=device) < used).view(1, 1, 1, -1).expand(1, 1, ROWS, -1)
+    cache_bytes = sum(k.numel() * k.element_size() * 2 for k, _ in caches)
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def repeated(k: torch.Tensor) -> torch.Tensor:
+        return k.repeat_interleave(heads // kv_heads, dim=1)
+
+    variants = {
+        f"attention: masked SDPA after repeat_kv x{layers}": lambda: [
+            sdpa(query, repeated(k), repeated(v), attn_mask=mask) for k, v in caches
+        ],
+        f"attention: grouped_attention, eager x{layers}": lambda: [
+            grouped_attention(query, k, v, mask, dim**-0.5) for k, v in caches
+        ],
+        f"attention: unmasked SDPA on the used slots x{layers}": lambda: [
+            sdpa(query, k[:, :, :used], v[:, :, :used], enable_gqa=True) for k, v in caches
+        ],
+    }
+    if device.type == "cuda":
+        flat_q = query[0].transpose(0, 1).contiguous()  # [rows, heads, dim]
+        flat = [(k[0].transpose(0, 1).contiguous(), v[0].transpose(0, 1).contiguous()) for k, v in caches]
+        cum_q = torch.tensor([0, ROWS], device=device, dtype=torch.int32)
+        cum_k = torch.tensor([0, CONTEXT], device=device, dtype=torch.int32)
+        seqused = torch.tensor([used], device=device, dtype=torch.int32)
+        flash = torch.ops.aten._flash_attention_forward
+        variants[f"attention: flash varlen, seqused_k x{layers}"] = lambda: [
+            flash(flat_q, k, v, cum_q, cum_k, ROWS, CONTEXT, 0.0, False, False, seqused_k=seqused) for k, v in flat
+        ]
+    for name, function in variants.items():
+        try:
+            function()
+            record(name, function, cache_bytes)
+        except (RuntimeError, TypeError, NotImplementedError) as exc:
+            print(f"  {name}: not available here ({type(exc).__name__}: {str(exc)[:80]})")
 
 
 def main() -> int:
