@@ -5,6 +5,8 @@ of 32 within `min_pixels`/`max_pixels`, PIL bicubic) and then hands it to the ch
 processor, which applies its own pixel limits (`size.shortest_edge` / `size.longest_edge` of
 `preprocessor_config.json`), rescales, normalises and cuts 16x16 patches (two temporal copies of a still
 image). This module does the same without torchvision or qwen-vl-utils, so it runs on any torch build.
+Images leave it as uint8 patches; `pixel_values` turns them into the encoder's float32 input with the same bits
+on whatever device they were moved to.
 """
 
 from __future__ import annotations
@@ -270,6 +272,8 @@ def pixel_values(patches: torch.Tensor, config: ImageProcessorConfig) -> torch.T
     patches [N, C, patch**2]: each pixel looked up in `pixel_table` (so every device gets the bits of the CPU's
     arithmetic) and the still frame repeated in time. Moving the uint8 patches to a GPU and building this there
     moves an eighth of the bytes."""
+    if patches.dtype != torch.uint8:
+        raise TypeError(f"pixel_values needs uint8 patches, got {patches.dtype}")
     count, channels, size = patches.shape
     device = patches.device
     table = pixel_table(config).to(device).view(-1)
