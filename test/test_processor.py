@@ -197,6 +197,8 @@ def test_inputs_move_to_a_device_as_uint8_patches(processor):
     moved = inputs.to("cpu")
     assert torch.equal(moved.pixel_values, inputs.pixel_values)
     assert torch.equal(moved.pixel_values, pixel_values(inputs.image_patches, inputs.image_config))
+    with pytest.raises(TypeError, match="uint8 patches"):
+        pixel_values(inputs.image_patches.float(), inputs.image_config)
 
 
 def test_normalisation_is_x_minus_127_5_over_127_5():
