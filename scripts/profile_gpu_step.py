@@ -129,6 +129,11 @@ class PhaseRanges:
             hook.remove()
 
 
+def is_annotation(event: Any) -> bool:
+    """A profiler range shown on the GPU timeline (not a kernel)."""
+    return bool(getattr(event, "is_user_annotation", False)) or event.name.startswith("phase:")
+
+
 def innermost_segments(spans: list[tuple[float, float, str]]) -> list[tuple[float, float, str]]:
     """Nested (start, end, name) spans as non-overlapping segments, each named after its innermost span."""
     segments: list[tuple[float, float, str]] = []
@@ -164,8 +169,12 @@ def profile_plan(engine: Any, conversations: list, config: Any) -> dict[str, Any
     finally:
         ranges.remove()
     events = prof.events()
-    spans = [(e.time_range.start, e.time_range.end, e.name.removeprefix("phase:")) for e in events]
-    spans = [span for span, e in zip(spans, events, strict=True) if e.name.startswith("phase:")]
+    cpu = torch.autograd.DeviceType.CPU
+    spans = [
+        (e.time_range.start, e.time_range.end, e.name.removeprefix("phase:"))
+        for e in events
+        if e.name.startswith("phase:") and e.device_type == cpu  # the GPU copies of the ranges are not phases
+    ]
     phases: dict[str, dict[str, Any]] = {}
 
     def entry_of(name: str) -> dict[str, Any]:
@@ -177,7 +186,7 @@ def profile_plan(engine: Any, conversations: list, config: Any) -> dict[str, Any
     segments = innermost_segments(spans)
     starts = [segment[0] for segment in segments]
     for event in events:
-        if event.device_type != torch.autograd.DeviceType.CUDA:
+        if event.device_type != torch.autograd.DeviceType.CUDA or is_annotation(event):
             continue
         index = bisect.bisect_right(starts, event.time_range.start) - 1
         inside = index >= 0 and event.time_range.start <= segments[index][1]
