@@ -190,7 +190,7 @@ def profile_plan(engine: Any, conversations: list, config: Any) -> dict[str, Any
             continue
         index = bisect.bisect_right(starts, event.time_range.start) - 1
         inside = index >= 0 and event.time_range.start <= segments[index][1]
-        entry = entry_of(segments[index][2] if inside else "after the plan")
+        entry = entry_of(segments[index][2] if inside else "outside the plan")
         entry["kernels"] += 1
         entry["gpu_ms"] += event.device_time_total / 1000
         kind = kind_of(event.name)
