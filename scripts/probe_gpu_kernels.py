@@ -27,6 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from profile_gpu_step import median_ms  # scripts/: the CUDA-event timing of replays
 
 # WAM-Diff2-B32-2B text model (core/model.py wam_diff2_2b_config) and a tiny stand-in for script checks
 SHAPES = {
@@ -39,7 +40,8 @@ CONTEXT = 2304  # the capacity bucket of a 1080p plan (2105-token prompt + 128 n
 
 
 def timed_ms(function: Callable[[], object], device: torch.device, replays: int) -> float:
-    """Median ms of `function` (CUDA: captured once into a graph and replayed; else called)."""
+    """Median ms of `function` (CUDA: captured once into a graph and replayed, timed as profile_gpu_step.py
+    times its replays; elsewhere called and timed on the host)."""
     if device.type == "cuda":
         stream = torch.cuda.Stream(device)
         stream.wait_stream(torch.cuda.current_stream(device))
@@ -49,23 +51,13 @@ def timed_ms(function: Callable[[], object], device: torch.device, replays: int)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             function()
-        run = graph.replay
-    else:
-        run = function
-    run()
+        return median_ms(graph.replay, replays)
+    function()
     times = []
     for _ in range(replays):
-        if device.type == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            run()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end))
-        else:
-            started = time.perf_counter()
-            run()
-            times.append((time.perf_counter() - started) * 1e3)
+        started = time.perf_counter()
+        function()
+        times.append((time.perf_counter() - started) * 1e3)
     return statistics.median(times)
 
 
