@@ -25,6 +25,7 @@ from wam_diff2_ros.core.decoding import (
     DecodeConfig,
     DecodeConfigError,
     block_diffusion_decode,
+    first_max_index,
     sample_tokens,
     select_transfers,
     transfer_schedule,
@@ -272,6 +273,32 @@ def test_greedy_sampling_is_argmax_with_its_probability():
     tokens, probs = sample_tokens(logits)
     assert torch.equal(tokens, logits.argmax(-1))
     torch.testing.assert_close(probs, torch.softmax(logits, -1).max(-1).values)
+
+
+@pytest.mark.parametrize("vocab", [VOCAB, 2048, 3073, 2047, 50])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_first_max_index_is_argmax_with_ties_infinities_and_nans(vocab, dtype):
+    generator = torch.Generator().manual_seed(vocab)
+    rows = torch.randn(12, vocab, generator=generator).to(dtype)
+    top = rows.max().item() + 1.0
+    last = vocab - 1
+    rows[0, [5, last]] = top  # a tie between the first and the last (short) segment
+    rows[1, [last - 1, last]] = top  # a tie inside the last segment
+    rows[2, last] = top  # the maximum in the last column
+    rows[3, [vocab // 2, 3]] = top  # a tie, the later index written first
+    rows[4] = float("-inf")  # no maximum above -inf: index 0
+    rows[5, [7, vocab // 2]] = float("inf")
+    rows[6, [vocab // 3, last]] = float("nan")  # NaN counts as the maximum, the first one wins
+    rows[7, [9, last]] = top
+    rows[7, vocab // 2] = float("nan")
+    rows[8] = top  # all equal
+    rows[9, 0] = float("nan")
+    rows[10, last] = float("nan")
+    expected = torch.argmax(rows, dim=-1, keepdim=True)
+    assert torch.equal(first_max_index(rows), expected)
+    assert torch.equal(first_max_index(rows[3:5]), expected[3:5])  # a view of some rows
+    tokens, _ = sample_tokens(rows.view(3, 4, vocab))
+    assert torch.equal(tokens, expected.view(3, 4))
 
 
 def test_seeded_sampling_is_reproducible_and_uses_one_draw_per_position():

@@ -114,6 +114,27 @@ class DecodeOutput:
     timing: StageTiming = field(default_factory=StageTiming)  # no preprocessing: the engine adds it
 
 
+ARGMAX_WINDOW = 1024  # first_max_index: the row segments whose maxima locate each row's maximum
+
+
+def first_max_index(rows: torch.Tensor) -> torch.Tensor:
+    """Per row of `rows` [N, V] the index of its first maximum ([N, 1]), exactly as `torch.argmax` (a NaN counts
+    as the maximum). On CPU, where `argmax` over 151,936 columns is ~8x slower than `amax`, the maxima of
+    1024-wide segments pick each row's first segment holding its maximum, and `argmax` runs on that segment only.
+    """
+    _, vocab = rows.shape
+    if rows.device.type != "cpu" or vocab < 2 * ARGMAX_WINDOW:
+        return torch.argmax(rows, dim=-1, keepdim=True)
+    whole = vocab - vocab % ARGMAX_WINDOW
+    maxima = rows[:, :whole].unflatten(1, (-1, ARGMAX_WINDOW)).amax(-1)  # amax propagates NaN, as argmax ranks it
+    if whole < vocab:
+        maxima = torch.cat([maxima, rows[:, whole:].amax(-1, keepdim=True)], dim=1)
+    start = maxima.argmax(-1, keepdim=True) * ARGMAX_WINDOW  # the first segment holding the row's maximum
+    # the last segment may be short: its window repeats the last column, after the real one, which argmax prefers
+    columns = (start + torch.arange(ARGMAX_WINDOW, device=rows.device)).clamp_(max=vocab - 1)
+    return start + rows.gather(1, columns).argmax(-1, keepdim=True)
+
+
 def sample_tokens(
     logits: torch.Tensor,
     temperature: float = 0.0,
@@ -132,7 +153,7 @@ def sample_tokens(
     batch, length, vocab = logits.shape
     flat = logits.reshape(-1, vocab)
     if temperature == 0:
-        tokens = torch.argmax(flat, dim=-1, keepdim=True)
+        tokens = first_max_index(flat)
         probs = torch.softmax(flat, dim=-1)
         return tokens.view(batch, length), torch.gather(probs, -1, tokens).view(batch, length)
 
