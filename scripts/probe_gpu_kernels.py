@@ -9,7 +9,8 @@ three precisions (float32 inputs, as `grouped_attention` does now; bf16 inputs w
 `torch.bmm(..., out_dtype=)` where this torch has it; bf16 throughout), and the whole attention of a step
 over a capacity bucket: masked SDPA after `repeat_kv` (the fast engine), `grouped_attention` eager (the
 fused engine's, uncompiled here), flash attention in varlen form reading only the used slots (`seqused_k`, a
-device tensor: capturable for every block), and unmasked SDPA over exactly the used slots (a floor). On CUDA
+device tensor: capturable for every block), and unmasked SDPA over exactly the used slots (a floor); and the
+vision encoder's patch embedding, transformers' Conv3d against the same weights as one linear product. On CUDA
 each variant is captured into a CUDA graph and replayed (as in the engine; median of `--replays`), so launch
 overhead is not counted; a variant this torch or device lacks is reported and skipped.
 
@@ -127,7 +128,37 @@ def probe(size: str, device: torch.device, dtype: torch.dtype, replays: int) -> 
             key_bytes,
         )
     attention(shape, HEAD_DIM[size], device, dtype, record)
+    results["patch embedding: linear vs Conv3d"] = patch_embedding(size, device, dtype, record)
     return results
+
+
+def patch_embedding(
+    size: str, device: torch.device, dtype: torch.dtype, record: Callable[..., None]
+) -> dict[str, float | bool]:
+    """The vision encoder's first layer on a 1080p frame's patches: transformers' Conv3d module (stride = kernel,
+    which cuDNN runs slowly on some GPUs: transformers issue 45750) and the same weights as one linear product.
+    Returns whether the two give the same bits (the fast engine may only switch if they do) and how far apart."""
+    from transformers.models.qwen3_vl.configuration_qwen3_vl import Qwen3VLVisionConfig
+    from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLVisionPatchEmbed
+
+    hidden, patches = (1024, 7920) if size == "2b" else (32, 64)  # 1920x1080 -> 7920 patches of 2x16x16 x 3
+    config = Qwen3VLVisionConfig(hidden_size=hidden, patch_size=16, temporal_patch_size=2, in_channels=3)
+    embed = Qwen3VLVisionPatchEmbed(config).to(device=device, dtype=dtype).eval()
+    pixels = torch.randn(patches, 3 * 2 * 16 * 16, device=device, dtype=dtype)
+    weight = embed.proj.weight.reshape(hidden, -1)
+    input_bytes = pixels.numel() * pixels.element_size()
+    with torch.no_grad():
+        conv, linear = embed(pixels), torch.nn.functional.linear(pixels, weight, embed.proj.bias)
+        record("patch embedding: Conv3d (transformers)", lambda: embed(pixels), input_bytes)
+        record(
+            "patch embedding: one linear product",
+            lambda: torch.nn.functional.linear(pixels, weight, embed.proj.bias),
+            input_bytes,
+        )
+    identical = bool(torch.equal(conv, linear))
+    largest = float((conv.float() - linear.float()).abs().max())
+    print(f"  patch embedding: linear gives the Conv3d's bits: {identical} (largest difference {largest:.3g})")
+    return {"identical": identical, "max_abs_diff": largest}
 
 
 def attention(
