@@ -4,15 +4,16 @@
 A step multiplies 32 rows (batch 1 x block 32) by every text weight. The H200 profile (README) puts the
 layers' products at about 1.7 ms per step, under half the copy bandwidth. This script times, per step (all
 layers, each with its own weights so nothing stays in the L2 cache), the projections as the model has them
-and merged (q/k/v as one product, gate/up as one), the output layer, and the attention's score product in
-three precisions (float32 inputs, as `grouped_attention` does now; bf16 inputs with a float32 result through
-`torch.bmm(..., out_dtype=)` where this torch has it; bf16 throughout), and the whole attention of a step
-over a capacity bucket: masked SDPA after `repeat_kv` (the fast engine), `grouped_attention` eager (the
-fused engine's, uncompiled here), flash attention in varlen form reading only the used slots (`seqused_k`, a
-device tensor: capturable for every block), and unmasked SDPA over exactly the used slots (a floor); and the
-vision encoder's patch embedding, transformers' Conv3d against the same weights as one linear product. On CUDA
-each variant is captured into a CUDA graph and replayed (as in the engine; median of `--replays`), so launch
-overhead is not counted; a variant this torch or device lacks is reported and skipped.
+and merged (q/k/v as one product, gate/up as one; and whether merging keeps every output's bits), the
+output layer, and the attention's score product in three precisions (float32 inputs, as `grouped_attention`
+does now; bf16 inputs with a float32 result through `torch.bmm(..., out_dtype=)` where this torch has it;
+bf16 throughout), and the whole attention of a step over a capacity bucket: masked SDPA after `repeat_kv`
+(the fast engine), `grouped_attention` eager (the fused engine's, uncompiled here), flash attention in varlen
+form reading only the used slots (`seqused_k`, a device tensor: capturable for every block), and unmasked
+SDPA over exactly the used slots (a floor); and the vision encoder's patch embedding, transformers' Conv3d
+against the same weights as one linear product. On CUDA each variant is captured into a CUDA graph and
+replayed (as in the engine; median of `--replays`), so launch overhead is not counted; a variant this torch
+or device lacks is reported and skipped.
 
     python scripts/probe_gpu_kernels.py --json kernels.json            # CUDA, the 2B shapes, bf16
     python scripts/probe_gpu_kernels.py --tiny --device cpu          # checks the script anywhere
@@ -101,6 +102,7 @@ def probe(size: str, device: torch.device, dtype: torch.dtype, replays: int) -> 
 
         record(f"{name} x{layers} layers", run, sum(w.numel() * w.element_size() for ws in stack for w in ws))
         del stack
+    results["merged products: same bits as separate"] = merged_bits(shape, device, dtype)
     head = weights(shape["hidden"], shape["vocab"])
     rows = torch.randn(ROWS, shape["hidden"], device=device, dtype=dtype)
     record("output layer", lambda: torch.nn.functional.linear(rows, head), head.numel() * head.element_size())
@@ -159,6 +161,22 @@ def patch_embedding(
     largest = float((conv.float() - linear.float()).abs().max())
     print(f"  patch embedding: linear gives the Conv3d's bits: {identical} (largest difference {largest:.3g})")
     return {"identical": identical, "max_abs_diff": largest}
+
+
+def merged_bits(shape: dict[str, int], device: torch.device, dtype: torch.dtype) -> dict[str, bool]:
+    """Whether one product on concatenated weights gives every output the bits of the separate products (then
+    the bit-identical fast engine could merge q/k/v and gate/up; otherwise only the fused engine may)."""
+    generator = torch.Generator(device="cpu").manual_seed(1)
+    hidden = shape["hidden"]
+    rows = torch.randn(ROWS, hidden, generator=generator).to(device=device, dtype=dtype)
+    same = {}
+    for name, outs in (("q/k/v", (shape["q"], shape["kv"], shape["kv"])), ("gate/up", (shape["mlp"], shape["mlp"]))):
+        parts = [(torch.randn(n, hidden, generator=generator) * 0.02).to(device=device, dtype=dtype) for n in outs]
+        separate = torch.cat([torch.nn.functional.linear(rows, w) for w in parts], dim=-1)
+        merged = torch.nn.functional.linear(rows, torch.cat(parts, dim=0))
+        same[name] = bool(torch.equal(separate, merged))
+        print(f"  {name} merged gives the separate products' bits: {same[name]}")
+    return same
 
 
 def attention(

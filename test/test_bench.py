@@ -63,6 +63,7 @@ def test_gpu_bench_script_runs_its_tiny_cpu_mode(tmp_path):
     products = json.loads((tmp_path / "kernels.json").read_text())["products"]
     assert {"q, k, v (3 products) x4 layers", "q/k/v merged x4 layers", "output layer"} <= set(products)
     assert "attention: masked SDPA after repeat_kv x4" in products
+    assert set(products.pop("merged products: same bits as separate")) == {"q/k/v", "gate/up"}
     patch_embedding = products.pop("patch embedding: linear vs Conv3d")
     assert patch_embedding["max_abs_diff"] >= 0 and isinstance(patch_embedding["identical"], bool)
     assert {"patch embedding: Conv3d (transformers)", "patch embedding: one linear product"} <= set(products)
