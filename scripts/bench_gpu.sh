@@ -13,8 +13,9 @@
 #   3. test/test_fast_decoding_cuda.py: fast == exact tokens in float32 on CUDA, with and without CUDA graphs
 #   4. scripts/profile_gpu_step.py: the captured step's replay time and kernels by kind, and one plan's wall
 #      and GPU time per phase (preprocess is in 'plan', vision inside prefill), fast and fast-compiled
-#   5. scripts/probe_gpu_kernels.py: a step's matrix products by shape (as the model has them, merged, scores)
-#      and its attention by kernel (masked SDPA, grouped_attention, flash varlen with seqused_k)
+#   5. scripts/probe_gpu_kernels.py: a step's matrix products by shape (as the model has them, merged and
+#      whether merging keeps the bits, scores), its attention by kernel (masked SDPA, grouped_attention, flash
+#      varlen with seqused_k) and the vision patch embedding (Conv3d against one linear product, same bits?)
 #
 # Environment: PYTHON (default .venv/bin/python, else python3), OUT (default .), ITERATIONS (default 5),
 # CUDA_TORCH_SPEC (default "torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128").
@@ -72,7 +73,7 @@ step "fast == exact on CUDA, float32 (skipped without CUDA)" 120 \
 step "step graph and plan phase profile" 120 \
   "$PYTHON" scripts/profile_gpu_step.py "${bench[@]}" --max-new-tokens 32 --engine fast --engine fast-compiled \
   --json "$OUT/profile.json"  # one block: the same step graph (capacity bucket), a plan trace 4x smaller
-step "matrix products and attention by variant" 90 \
+step "matrix products, attention and patch embedding by variant" 90 \
   "$PYTHON" scripts/probe_gpu_kernels.py "${probe[@]}" --json "$OUT/kernels.json"
 
 if [ ${#failed[@]} -gt 0 ]; then
