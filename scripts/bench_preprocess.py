@@ -16,27 +16,14 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import statistics
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import torch
+from profile_gpu_step import host_ms  # scripts/: the host timing loop the GPU scripts use too
 
 from wam_diff2_ros.core import processor
-
-
-def timed(function: Callable[[], object], repeats: int) -> tuple[float, float]:
-    """(median, best) milliseconds of `repeats` calls after one warm-up call."""
-    function()
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        function()
-        times.append((time.perf_counter() - started) * 1e3)
-    return statistics.median(times), min(times)
 
 
 def load_module(path: Path) -> object:
@@ -73,7 +60,7 @@ def main() -> int:
     print(f"{args.width}x{args.height} frame, torch threads {torch.get_num_threads()}, {args.repeats} repeats")
     for _ in range(2):  # two rounds, interleaved: the spread between rounds shows the machine's noise
         for name, function in rows.items():
-            median, best = timed(function, args.repeats)
+            median, best = host_ms(function, args.repeats)
             print(f"  {name:34s} median {median:6.1f} ms   best {best:6.1f} ms")
     return 0
 

@@ -23,13 +23,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from profile_gpu_step import median_ms  # scripts/: the CUDA-event timing of replays
+from profile_gpu_step import host_ms, median_ms  # scripts/: CUDA-event timing of replays, host timing
 
 # WAM-Diff2-B32-2B text model (core/model.py wam_diff2_2b_config) and a tiny stand-in for script checks
 SHAPES = {
@@ -54,13 +52,7 @@ def timed_ms(function: Callable[[], object], device: torch.device, replays: int)
         with torch.cuda.graph(graph):
             function()
         return median_ms(graph.replay, replays)
-    function()
-    times = []
-    for _ in range(replays):
-        started = time.perf_counter()
-        function()
-        times.append((time.perf_counter() - started) * 1e3)
-    return statistics.median(times)
+    return host_ms(function, replays)[0]
 
 
 def projections(shape: dict[str, int]) -> dict[str, list[tuple[int, int]]]:

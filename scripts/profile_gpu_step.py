@@ -20,6 +20,7 @@ import bisect
 import json
 import statistics
 import sys
+import time
 from collections import defaultdict
 from typing import Any
 
@@ -55,6 +56,17 @@ def median_ms(function: Any, repeats: int) -> float:
         end.synchronize()
         times.append(start.elapsed_time(end))
     return statistics.median(times)
+
+
+def host_ms(function: Any, repeats: int) -> tuple[float, float]:
+    """(median, best) wall-clock milliseconds of `function()` after one warm-up call (host timing, any device)."""
+    function()
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        function()
+        times.append((time.perf_counter() - started) * 1e3)
+    return statistics.median(times), min(times)
 
 
 def rest_of_step_ms(logits: torch.Tensor, repeats: int) -> float:
