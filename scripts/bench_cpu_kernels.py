@@ -11,26 +11,14 @@ block through the kernel and through `nn.Linear`. Set OMP_NUM_THREADS; compare w
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
-from collections.abc import Callable
 
 import torch
+from profile_gpu_step import host_ms  # scripts/: the host timing loop the other scripts use
 
 from wam_diff2_ros.core.cpu_kernels import ExactLinears, ExactRowLogits
 
 PROJECTIONS = ((2048, 2048), (1024, 2048), (6144, 2048), (2048, 6144))  # (out, in): q/o, k/v, gate/up, down
-
-
-def median_ms(run: Callable[[], object], repeats: int) -> float:
-    run()
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - started)
-    return statistics.median(times) * 1000
 
 
 def main() -> int:
@@ -58,8 +46,8 @@ def main() -> int:
                 picked = block[:rows]
                 same = torch.equal(layer(picked, (1, 32)), full[:rows])
                 all_same &= same
-                kernel = median_ms(lambda picked=picked, layer=layer: layer(picked, (1, 32)), args.repeats)
-                mkl = median_ms(lambda picked=picked, head=head: head(picked), args.repeats)
+                kernel = host_ms(lambda picked=picked, layer=layer: layer(picked, (1, 32)), args.repeats)[0]
+                mkl = host_ms(lambda picked=picked, head=head: head(picked), args.repeats)[0]
                 print(
                     f"{args.vocab} x {width}, {rows:2d} rows: kernel {kernel:7.1f} ms, lm_head {mkl:7.1f} ms "
                     f"({mkl / kernel:4.1f}x), same bits {same}"
@@ -69,13 +57,13 @@ def main() -> int:
         block = torch.randn(1, 32, width, generator=torch.Generator().manual_seed(outs))
         with torch.no_grad():
             stock_out = module(block)
-            stock = median_ms(lambda module=module, block=block: module(block), args.repeats)
+            stock = host_ms(lambda module=module, block=block: module(block), args.repeats)[0]
             with ExactLinears([module]).installed((1, 32)):
                 if "forward" not in vars(module):
                     print(f"{width} -> {outs}: the kernel is unavailable or matches no chunking here")
                     return 1
                 same = torch.equal(module(block), stock_out)
-                kernel = median_ms(lambda module=module, block=block: module(block), args.repeats)
+                kernel = host_ms(lambda module=module, block=block: module(block), args.repeats)[0]
         all_same &= same
         print(
             f"projection {width} -> {outs}, 32 rows: kernel {kernel:6.2f} ms, nn.Linear {stock:6.2f} ms "

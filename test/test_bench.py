@@ -77,3 +77,28 @@ def test_bench_flags_are_kebab_case_and_old_underscore_spellings_still_parse():
     assert vars(new) == vars(old)
     assert new.model_id == "demo" and new.max_new_tokens == 20 and new.block_size == 8 and new.no_counters
     assert "--max_new_tokens" not in parser.format_help()  # the old spellings are hidden
+
+
+def test_cpu_step_profile_times_the_parts_and_counts_their_products(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "scripts" / "profile_cpu_step.py"
+    out = tmp_path / "cpu_step.json"
+    argv = ["--model-id", "tiny", "--device", "cpu", "--dtype", "float32", "--width", "64", "--height", "64"]
+    argv += ["--max-new-tokens", "16", "--block-size", "8", "--plans", "2", "--json", str(out)]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    done = subprocess.run([sys.executable, str(script), *argv], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    figures = json.loads(out.read_text())
+    steps = figures["steps"]
+    assert figures["plans"] == 2 and steps >= 2 and figures["gemm_gflops_per_s"] > 0
+    assert figures["output layer"]["calls"] == steps  # the masked rows' logits, once per denoising step
+    assert figures["sampling"]["calls"] == figures["remasking selection"]["calls"] == steps
+    assert figures["layers"]["calls"] >= steps  # the steps' forwards and the commits'
+    for part in ("layers", "output layer"):
+        assert figures[part]["gflop"] > 0 and figures[part]["gflops_per_s"] > 0 and figures[part]["ms_per_step"] > 0
+    assert figures["sampling"]["gflops_per_s"] is None
+    assert "of the GEMM rate" in done.stdout
