@@ -6,6 +6,8 @@ still-masked rows (`row_logits`), sampling and the remasking selection. For the 
 counts the multiply-adds of their products (the layers: the projections only, so attention, norms and rotary
 are in the time but not in the count) and sets their rate against MKL's on one large float32 product (2048³)
 in the same process. A part near that rate is bound by arithmetic: only fewer products make it faster.
+Milliseconds per step are a part's time over the plans divided by their denoising steps (the layers' time
+includes the commit forwards).
 Takes `wam-diff2-bench`'s flags; set OMP_NUM_THREADS and compare within one run:
 
     OMP_NUM_THREADS=2 python scripts/profile_cpu_step.py --random-2b --text-layers 4 --vision-layers 2 \
