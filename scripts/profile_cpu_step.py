@@ -2,7 +2,8 @@
 
 Decodes the benchmark's workload with the fast engine (`--plans` timed plans after one warm-up) and times its
 parts: the text layers (`step_hidden`, with the CPU kernels; step and commit forwards), the output layer on the
-still-masked rows (`row_logits`), sampling and the remasking selection. For the layers and the output layer it
+still-masked rows (`row_logits`; without its float32 kernel all rows run through `lm_head`, untimed, and the
+part counts no products), sampling and the remasking selection. For the layers and the output layer it
 counts the multiply-adds of their products (the layers: the projections only, so attention, norms and rotary
 are in the time but not in the count) and sets their rate against MKL's on one large float32 product (2048³)
 in the same process. A part near that rate is bound by arithmetic: only fewer products make it faster.
@@ -46,7 +47,7 @@ def timed(parts: dict[str, dict[str, float]], owner: Any, name: str, label: str,
         entry = parts[label]
         entry["seconds"] += time.perf_counter() - started
         entry["calls"] += 1
-        entry["flops"] += flops(args) if flops else 0.0
+        entry["flops"] += flops(args) if flops and result is not None else 0.0  # None: computed elsewhere
         return result
 
     setattr(owner, name, wrapper)

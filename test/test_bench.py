@@ -85,6 +85,9 @@ def test_cpu_step_profile_times_the_parts_and_counts_their_products(tmp_path):
     import sys
     from pathlib import Path
 
+    import torch
+    from core_helpers import can_build_row_kernel
+
     script = Path(__file__).resolve().parents[1] / "scripts" / "profile_cpu_step.py"
     out = tmp_path / "cpu_step.json"
     argv = ["--model-id", "tiny", "--device", "cpu", "--dtype", "float32", "--width", "64", "--height", "64"]
@@ -98,7 +101,8 @@ def test_cpu_step_profile_times_the_parts_and_counts_their_products(tmp_path):
     assert figures["output layer"]["calls"] == steps  # the masked rows' logits, once per denoising step
     assert figures["sampling"]["calls"] == figures["remasking selection"]["calls"] == steps
     assert figures["layers"]["calls"] >= steps  # the steps' forwards and the commits'
-    for part in ("layers", "output layer"):
+    kernel = can_build_row_kernel(torch.backends.cpu.get_cpu_capability())
+    for part in ("layers", "output layer") if kernel else ("layers",):  # no kernel: lm_head on all rows, uncounted
         assert figures[part]["gflop"] > 0 and figures[part]["gflops_per_s"] > 0 and figures[part]["ms_per_step"] > 0
     assert figures["sampling"]["gflops_per_s"] is None
     assert "of the GEMM rate" in done.stdout
