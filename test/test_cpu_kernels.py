@@ -8,6 +8,8 @@ require that it builds and matches `lm_head`; where it cannot (no compiler, no A
 from __future__ import annotations
 
 import logging
+import os
+import threading
 
 import pytest
 import torch
@@ -172,3 +174,28 @@ def test_a_kernel_build_that_fails_leaves_the_stock_layers(monkeypatch, caplog):
     module = _linear(8, 16, seed=1)
     with ExactLinears([module], isa="BROKEN").installed((1, 2)):
         assert "forward" not in vars(module)
+
+
+def test_a_build_killed_earlier_does_not_block_the_next_one(monkeypatch, tmp_path, caplog):
+    """torch's builder waits, forever, for the `lock` file a killed build leaves in its directory; the next build
+    removes that leftover (it holds an OS lock every build of these kernels takes) and goes on (here to a failed
+    build, quickly: an option g++ rejects)."""
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    monkeypatch.setattr(cpu_kernels, "_KERNELS", {})
+    monkeypatch.setattr(cpu_kernels, "kernel_flags", lambda isa: ["-fno-such-option-in-any-compiler"])
+    directory = cpu_kernels.build_directory("KILLED")
+    assert directory.startswith(str(tmp_path))
+    os.makedirs(directory)
+    leftover = os.path.join(directory, cpu_kernels.TORCH_BUILD_LOCK)
+    open(leftover, "w").close()
+    done = threading.Event()
+
+    def build() -> None:
+        load_kernel("KILLED")
+        done.set()
+
+    with caplog.at_level(logging.WARNING, logger=cpu_kernels.__name__):
+        threading.Thread(target=build, daemon=True).start()  # a daemon: a hang fails the test, not the session
+        assert done.wait(120), "the build waited for the killed build's lock file"
+    assert not os.path.exists(leftover)
+    assert any("left by a kernel build that was killed" in record.getMessage() for record in caplog.records)

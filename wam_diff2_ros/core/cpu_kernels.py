@@ -21,9 +21,11 @@ engine.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import functools
 import logging
 import os
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -35,6 +37,8 @@ LANES = 16  # vocabulary columns per packed tile (one AVX-512 register, two AVX2
 PROBE_TILES = 64  # candidate chunkings are tried on the first 64 tiles (1024 logits), then on all of them
 PROBE_COLUMNS = 64  # and on the first 64 outputs of a linear layer
 CANDIDATE_CHUNK_SIZES = (64, 96, 128, 160, 192, 224, 256, 320, 384, 512)
+KERNEL_NAME = "wam_diff2_cpu_kernels"  # the compiled module is KERNEL_NAME_<isa>
+TORCH_BUILD_LOCK = "lock"  # the file torch's extension builder holds in a build directory while it builds
 
 KERNEL_SOURCE = r"""
 #include <torch/extension.h>
@@ -223,6 +227,33 @@ def _ninja_on_path() -> Iterator[None]:
         os.environ["PATH"] = previous
 
 
+def build_directory(isa: str) -> str:
+    """Where the kernels for `isa` are compiled and cached (under torch's extension root, per Python version)."""
+    from torch.utils.cpp_extension import get_default_build_root
+
+    root = os.environ.get("TORCH_EXTENSIONS_DIR") or get_default_build_root()
+    return os.path.join(root, f"py{sys.version_info.major}{sys.version_info.minor}_cpu", f"{KERNEL_NAME}_{isa.lower()}")
+
+
+@contextlib.contextmanager
+def _exclusive_build(directory: str) -> Iterator[None]:
+    """Hold an OS lock on a build directory while building in it. The OS releases it when its process dies, unlike
+    the `lock` file torch's builder leaves behind when a build is killed (a crash, SIGKILL, power loss), which would
+    make every later build wait for it forever. Every build of these kernels takes this lock first, so a `lock`
+    file found while holding it is such a leftover and is removed."""
+    os.makedirs(directory, exist_ok=True)
+    with open(directory + ".build-lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            leftover = os.path.join(directory, TORCH_BUILD_LOCK)
+            if os.path.exists(leftover):
+                LOG.warning("removing %s, left by a kernel build that was killed", leftover)
+                os.remove(leftover)
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def load_kernel(isa: str | None = None) -> Any | None:
     """The compiled kernels for this CPU (or the given ISA), built on first use; None where they cannot be."""
     isa = isa or torch.backends.cpu.get_cpu_capability()
@@ -237,13 +268,15 @@ def load_kernel(isa: str | None = None) -> Any | None:
 
         LOG.info("building the fast engine's CPU kernels (%s; once per machine, about 30 s)", isa)
         try:
-            with _ninja_on_path():
+            directory = build_directory(isa)
+            with _ninja_on_path(), _exclusive_build(directory):
                 module = load_inline(
-                    name=f"wam_diff2_cpu_kernels_{isa.lower()}",
+                    name=f"{KERNEL_NAME}_{isa.lower()}",
                     cpp_sources=KERNEL_SOURCE,
                     functions=["chunked_logits", "chunked_linear"],
                     extra_cflags=flags,
                     extra_ldflags=["-fopenmp"],
+                    build_directory=directory,
                 )
         except Exception as exc:  # no compiler, no ninja, a failed build: the fast engine keeps going without it
             LOG.warning("CPU kernels unavailable (%s): the fast engine runs the stock layers on CPU", exc)
