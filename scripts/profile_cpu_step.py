@@ -86,7 +86,8 @@ def profile(engine: Any, conversations: list, config: Any, plans: int) -> dict[s
             stack.enter_context(timed(parts, owner, name, label, flops))
         steps, started = 0, time.perf_counter()
         for _ in range(plans):
-            steps += sum(sum(g.steps_per_block) for g in engine.generate_conversations(conversations, config)[:1])
+            first = engine.generate_conversations(conversations, config)[0]  # a batch's samples share the steps
+            steps += sum(first.steps_per_block)
         wall = time.perf_counter() - started
     figures: dict[str, Any] = {"plans": plans, "steps": steps, "plan_ms": wall / plans * 1e3}
     for label, entry in parts.items():
