@@ -15,9 +15,10 @@ Arguments (``ros2 launch wam_diff2_ros wam_diff2.launch.py --show-args``):
   default node name and no namespace);
 * ``sigterm_timeout`` (5 s, launch's default): how long ``ros2 launch`` waits after SIGINT before it sends
   SIGTERM (the node exits within about a second, cancelling a running decode);
-* camera/input remaps: ``image_topics`` and ``camera_info_topics`` (comma-separated, in
-  ``cameras.names`` order → ``~/input/image_<n>``, ``~/input/camera_info_<n>``), ``odometry_topic``,
-  ``acceleration_topic``, ``command_topic``, ``driving_command_topic`` (empty = no remap).
+* input remaps, one per input of the node's input table (``wam_diff2_ros.ros.inputs``): ``image_topics``
+  and ``camera_info_topics`` (comma-separated, in ``cameras.names`` order → ``~/input/image_<n>``,
+  ``~/input/camera_info_<n>``), ``odometry_topic``, ``acceleration_topic``, ``command_topic``,
+  ``driving_command_topic`` (empty = no remap).
 
 Fast DDS: unless ``FASTDDS_DEFAULT_PROFILES_FILE`` / ``FASTRTPS_DEFAULT_PROFILES_FILE`` is already set,
 the package's ``config/fastdds_profile.xml`` is set for every process this launch starts (large images
@@ -38,6 +39,7 @@ from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
 
 from launch import LaunchDescription
+from wam_diff2_ros.ros.inputs import INPUTS
 
 PACKAGE = "wam_diff2_ros"
 PROFILE_VARIABLES = ("FASTDDS_DEFAULT_PROFILES_FILE", "FASTRTPS_DEFAULT_PROFILES_FILE")
@@ -54,12 +56,16 @@ ARGUMENTS: tuple[tuple[str, str, str], ...] = (
     ("rviz", "false", "also start RViz with rviz_config (needs rviz2, not a dependency of this package)"),
     ("rviz_config", "", "RViz config (empty = the package's config/wam_diff2.rviz)"),
     ("sigterm_timeout", "5", "seconds launch waits after SIGINT before SIGTERM (then sigkill_timeout to SIGKILL)"),
-    ("image_topics", "", "comma-separated camera image topics in cameras.names order (→ ~/input/image_<n>)"),
-    ("camera_info_topics", "", "comma-separated CameraInfo topics in cameras.names order"),
-    ("odometry_topic", "", "nav_msgs/Odometry topic (→ ~/input/odometry)"),
-    ("acceleration_topic", "", "geometry_msgs/AccelWithCovarianceStamped topic (→ ~/input/acceleration)"),
-    ("command_topic", "", "std_msgs/String navigation command topic (→ ~/input/command)"),
-    ("driving_command_topic", "", "wam_diff2_ros/DrivingCommand topic (→ ~/input/driving_command)"),
+    *(
+        (
+            spec.request_key,
+            "",
+            f"comma-separated {spec.label} topics in cameras.names order (→ {spec.topic()}_<n>)"
+            if spec.per_camera
+            else f"{' or '.join(spec.msg_types)} topic (→ {spec.topic()})",
+        )
+        for spec in INPUTS
+    ),
 )
 
 
@@ -117,18 +123,11 @@ def launch_setup(context: object, *args: object, **kwargs: object) -> list[objec
             overrides[parameter] = arg(argument)
 
     remappings: list[tuple[str, str]] = []
-    for index, topic in enumerate(_topics(arg("image_topics"))):
-        remappings.append((f"~/input/image_{index}", topic))
-    for index, topic in enumerate(_topics(arg("camera_info_topics"))):
-        remappings.append((f"~/input/camera_info_{index}", topic))
-    for argument, private in (
-        ("odometry_topic", "~/input/odometry"),
-        ("acceleration_topic", "~/input/acceleration"),
-        ("command_topic", "~/input/command"),
-        ("driving_command_topic", "~/input/driving_command"),
-    ):
-        if arg(argument):
-            remappings.append((private, arg(argument)))
+    for spec in INPUTS:
+        if spec.per_camera:
+            remappings += [(spec.topic(index), topic) for index, topic in enumerate(_topics(arg(spec.request_key)))]
+        elif arg(spec.request_key):
+            remappings.append((spec.topic(), arg(spec.request_key)))
 
     actions: list[object] = profile_actions(share)
     actions.append(
