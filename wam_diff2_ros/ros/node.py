@@ -48,7 +48,7 @@ from .model_slot import EngineFactory, ModelSlot
 from .outputs import output_types
 from .param_guard import coerce_set_request, declare_typed_parameters, evaluate_change, parameter_type
 from .params import DEFAULT_NODE_NAME, PARAMETER_SPECS, SPEC_BY_NAME, NodeConfig, ParameterError
-from .process import run_node
+from .process import ContextLogger, run_node
 from .runtime import PlannerRuntime
 from .topics import OUTPUT_TOPICS, QUESTION_TOPIC
 from .worker import WORKER_JOIN_TIMEOUT_S, Worker
@@ -400,6 +400,10 @@ class WamDiff2Node(LifecycleNode):
             self._model.abandon()
         self._runtime = None
         self._config = None
+
+    def get_logger(self) -> ContextLogger:
+        """The node's logger; to stderr once the process is stopping (see :class:`~.process.ContextLogger`)."""
+        return ContextLogger(super().get_logger(), self.context)
 
     def begin_exit(self) -> None:
         """Process exit, first step: nothing more is published, and a running decode stops before its next
