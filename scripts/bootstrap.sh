@@ -40,7 +40,7 @@ ensure_system_packages() {
 }
 
 stamp_of() {  # changes whenever what the venv is built from changes
-  cat setup.py pyproject.toml CMakeLists.txt package.xml msg/*.msg 2>/dev/null | sha256sum | cut -c1-16
+  cat setup.py pyproject.toml CMakeLists.txt package.xml msg/*.msg wam_diff2_ros/core/cpu_kernels.cpp 2>/dev/null | sha256sum | cut -c1-16
   printf '%s %s\n' "$TORCH_SPEC" "$MODE"
 }
 
@@ -67,9 +67,11 @@ log "installing $TORCH_SPEC"
 "${PIP[@]}" install $TORCH_SPEC
 log "installing the package ($EXTRAS ${EXTRA_SPECS[*]})"
 "${PIP[@]}" install -e "$EXTRAS" "${EXTRA_SPECS[@]}"
-log "building the fast engine's CPU kernels (core/cpu_kernels.py; cached per machine)"
-"$VENV/bin/python" -c 'from wam_diff2_ros.core.cpu_kernels import load_kernel
-print("[bootstrap] CPU kernels", "ready" if load_kernel() is not None else "unavailable: the fast engine runs stock layers")'
+log "building the fast engine's CPU kernels (core/cpu_kernels.cpp; once per environment, kept in $VENV)"
+"$VENV/bin/python" -c 'from wam_diff2_ros.core.cpu_kernels import build_directory, kernel_isa, kernel_loads, load_kernel
+ready = load_kernel() is not None
+print("[bootstrap] CPU kernels", kernel_isa(), kernel_loads().get(kernel_isa(), "?"), build_directory(kernel_isa()) if ready else
+      "(the fast engine runs the stock layers)")'
 if [ "$MODE" = main ]; then
   log "building the package's ROS 2 messages"
   "$VENV/bin/wam-diff2-build-interfaces"

@@ -36,6 +36,8 @@ def test_bench_decoding_defaults_come_from_decode_config():
 
 
 def test_gpu_bench_script_runs_its_tiny_cpu_mode(tmp_path):
+    """Every step of scripts/bench_gpu.sh on the tiny model (no step time limits there, no compiled variant: the
+    mode checks the script's plumbing in seconds; the compiled engine has its own tests)."""
     import os
     import subprocess
     import sys
@@ -43,23 +45,21 @@ def test_gpu_bench_script_runs_its_tiny_cpu_mode(tmp_path):
 
     script = Path(__file__).resolve().parents[1] / "scripts" / "bench_gpu.sh"
     env = dict(os.environ, BENCH_GPU_TINY="1", PYTHON=sys.executable, OUT=str(tmp_path), OMP_NUM_THREADS="1")
-    done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert "tokens identical: True" in done.stdout
+    done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=3600)  # a hang
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "tokens identical: True" in done.stdout and "FAILED" not in done.stdout
     figures = json.loads((tmp_path / "bench_gpu.json").read_text())
-    assert set(figures["engines"]) == {"exact", "fast", "fast-compiled"} and figures["tokens_identical"]
-    assert isinstance(figures["compiled_tokens_identical"], bool) and figures["compiled_speedup"] > 0
-    assert figures["engines"]["fast-compiled"]["ops_per_step"] is None  # fused kernels are no aten ops
-    assert "fast-compiled: tokens identical" in done.stdout
+    assert set(figures["engines"]) == {"exact", "fast"} and figures["tokens_identical"] and figures["speedup"] > 0
+    assert set(figures["cpu_kernels"]) == {"loads", "paths"}  # which path each shape ran
     agreement = json.loads((tmp_path / "agreement.json").read_text())
-    assert set(agreement["variants"]) == {"fast (no graphs)", "fast-compiled", "exact (float32)"}
+    assert set(agreement["variants"]) == {"fast (no graphs)", "exact (float32)"}
     profile = json.loads((tmp_path / "profile.json").read_text())
     assert profile["step_graphs"] == {}  # no CUDA graphs to profile on CPU
     for phases in profile["plan_phases"].values():  # one plan per engine, by decoder phase
         assert {"plan", "prefill", "vision", "step", "commit"} <= set(phases)
         assert phases["plan"]["wall_ms"] > phases["prefill"]["wall_ms"] > phases["vision"]["wall_ms"] > 0
         assert phases["step"]["count"] >= 2 and phases["vision"]["count"] == 1
-    assert set(profile["plan_phases"]) == {"fast", "fast-compiled"} and "one plan by phase" in done.stdout
+    assert set(profile["plan_phases"]) == {"fast"} and "one plan by phase" in done.stdout
     products = json.loads((tmp_path / "kernels.json").read_text())["products"]
     assert {"q, k, v (3 products) x4 layers", "q/k/v merged x4 layers", "output layer"} <= set(products)
     assert "attention: masked SDPA after repeat_kv x4" in products
