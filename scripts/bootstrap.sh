@@ -68,10 +68,12 @@ log "installing $TORCH_SPEC"
 log "installing the package ($EXTRAS ${EXTRA_SPECS[*]})"
 "${PIP[@]}" install -e "$EXTRAS" "${EXTRA_SPECS[@]}"
 log "building the fast engine's CPU kernels (core/cpu_kernels.cpp; once per environment, kept in $VENV)"
-"$VENV/bin/python" -c 'from wam_diff2_ros.core.cpu_kernels import build_directory, kernel_isa, kernel_loads, load_kernel
-ready = load_kernel() is not None
-print("[bootstrap] CPU kernels", kernel_isa(), kernel_loads().get(kernel_isa(), "?"), build_directory(kernel_isa()) if ready else
-      "(the fast engine runs the stock layers)")'
+"$VENV/bin/python" -c 'from wam_diff2_ros.core.cpu_kernels import ISA_RANK, build_directory, kernel_isa, kernel_loads, load_kernel
+# this CPU'"'"'s variant, and the AVX2 one on an AVX-512 CPU too (the tests check both; WAM_DIFF2_CPU_KERNEL_ISA=AVX2)
+for isa in dict.fromkeys([kernel_isa(), *(["AVX2"] if ISA_RANK.get(kernel_isa(), 0) > ISA_RANK["AVX2"] else [])]):
+    ready = load_kernel(isa) is not None
+    print("[bootstrap] CPU kernels", isa, kernel_loads().get(isa, "?"), build_directory(isa) if ready else
+          "(the fast engine runs the stock layers)")'
 if [ "$MODE" = main ]; then
   log "building the package's ROS 2 messages"
   "$VENV/bin/wam-diff2-build-interfaces"

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from core_helpers import patient
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 FASTDDS_PROFILE = REPO_ROOT / "config" / "fastdds_profile.xml"
@@ -50,15 +51,6 @@ FASTDDS_PROFILE = REPO_ROOT / "config" / "fastdds_profile.xml"
 #: wheels' bootstrapper sets them for this venv's Python only.
 BOOTSTRAP_VARIABLES = ("LD_LIBRARY_PATH", "_ROS_WHEELS_BOOTSTRAP_COMPLETE")
 DEFAULT_TIMEOUT_S = 10.0
-#: Every wait in the tests is for an event; its limit only guards against a hang, so a loaded machine must not trip
-#: it: the wait helpers multiply each limit by this (WAM_DIFF2_TEST_WAIT_SCALE overrides). Waits that succeed return
-#: as soon as the event happens, so a generous limit costs a passing test nothing.
-WAIT_SCALE = float(os.environ.get("WAM_DIFF2_TEST_WAIT_SCALE", "6"))
-
-
-def patient(seconds: float) -> float:
-    """A wait limit, scaled for a busy machine (see ``WAIT_SCALE``)."""
-    return seconds * WAIT_SCALE
 
 
 _ROS_ENV: dict[str, str] = {}

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from conftest import patient
+from core_helpers import patient
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SUPPORT_SCRIPT = Path(__file__).resolve()

@@ -85,8 +85,9 @@ def test_cpu_step_profile_times_the_parts_and_counts_their_products(tmp_path):
     import sys
     from pathlib import Path
 
-    import torch
     from core_helpers import can_build_row_kernel
+
+    from wam_diff2_ros.core.cpu_kernels import kernel_isa
 
     script = Path(__file__).resolve().parents[1] / "scripts" / "profile_cpu_step.py"
     out = tmp_path / "cpu_step.json"
@@ -101,8 +102,12 @@ def test_cpu_step_profile_times_the_parts_and_counts_their_products(tmp_path):
     assert figures["output layer"]["calls"] == steps  # the masked rows' logits, once per denoising step
     assert figures["sampling"]["calls"] == figures["remasking selection"]["calls"] == steps
     assert figures["layers"]["calls"] >= steps  # the steps' forwards and the commits'
-    kernel = can_build_row_kernel(torch.backends.cpu.get_cpu_capability())
-    for part in ("layers", "output layer") if kernel else ("layers",):  # no kernel: lm_head on all rows, uncounted
+    # the output layer's products are counted where its kernel ran (the probe's verdict on this CPU's MKL);
+    # without it lm_head runs on all rows, uncounted
+    output_kernel = [path for shape, path in figures["cpu_kernel_paths"].items() if shape.startswith("output layer")]
+    assert bool(output_kernel) == can_build_row_kernel(kernel_isa()), figures["cpu_kernel_paths"]
+    kernel = bool(output_kernel) and all(path.startswith("kernel") for path in output_kernel)
+    for part in ("layers", "output layer") if kernel else ("layers",):
         assert figures[part]["gflop"] > 0 and figures[part]["gflops_per_s"] > 0 and figures[part]["ms_per_step"] > 0
     assert figures["sampling"]["gflops_per_s"] is None
     assert "of the GEMM rate" in done.stdout

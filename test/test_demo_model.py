@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import patient
+from core_helpers import patient
 
 from wam_diff2_ros.core.checkpoint import inspect_checkpoint
 from wam_diff2_ros.core.decoding import DecodeConfig, _block_causal_mask

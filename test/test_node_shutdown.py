@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("rclpy", reason="rclpy is not importable (install the PyPI ROS 2 wheels)")
 
-from conftest import patient
+from core_helpers import patient
 from node_helpers import (
     REPO_ROOT,
     Collector,

@@ -110,12 +110,13 @@ def build_key(flags: list[str]) -> str:
 
 
 def kernel_root() -> str:
-    """Where the builds go: `WAM_DIFF2_KERNEL_DIR`, else under this environment's prefix (a virtual environment's
-    own folder), else, where that is not writable, a folder of torch's extension root named by the prefix."""
+    """Where the builds go: `WAM_DIFF2_KERNEL_DIR`, else inside this virtual environment, else (no virtual
+    environment, or not writable) a folder of torch's extension root named by the interpreter's prefix."""
     if os.environ.get(DIR_ENV):
         return os.environ[DIR_ENV]
     own = os.path.join(sys.prefix, "var", "cache", "wam_diff2_ros")
-    if os.access(sys.prefix, os.W_OK) or os.access(own, os.W_OK):
+    in_venv = sys.prefix != sys.base_prefix
+    if in_venv and (os.access(sys.prefix, os.W_OK) or os.access(own, os.W_OK)):
         return own
     from torch.utils.cpp_extension import get_default_build_root
 
