@@ -126,14 +126,12 @@ def test_fleet_run_rerun_and_killed_workers(drives: Path, tmp_path: Path, monkey
 
     report = json.loads((tmp_path / "clean" / "fleet_report.json").read_text())
     bags = {b["name"]: b for b in report["bags"]}
-    replayed = [bags[n] for n in ("long", "wide", "damaged")]
-    assert report["pooled"]["plans"] == sum(b["plans"] for b in replayed) > 0
-    for h in ("1s", "2s"):  # pooled over instants = the per-bag means weighted by their instants
-        counts = [b[f"count_{h}"] for b in replayed]
-        weighted = sum(b[f"ade_{h}"] * c for b, c in zip(replayed, counts, strict=True) if c) / sum(counts)
-        assert report["pooled"][f"count_{h}"] == sum(counts) and report["pooled"][f"ade_{h}"] == pytest.approx(weighted)
+    replayed = [bags[n] for n in ("long", "wide", "damaged", "no_odom")]
+    for key in ("plans", "valid", "planning_instants", "blocked"):
+        assert report["pooled"][key] == sum(b[key] for b in replayed), key
+    assert report["pooled"]["plans"] > 0 and bags["no_odom"]["blocked"] == bags["no_odom"]["planning_instants"] > 0
     assert report["failures"] == [{"name": "missing_bag", "reason": by_name["missing_bag"].reason}]
-    assert report["worst_plans"] and report["pooled"]["by_speed"] and report["pooled"]["by_command"]
+    assert report["pooled"]["by_speed"]["6-10 m/s"]["plans"] == report["pooled"]["plans"]
     assert "| [long](bags/long/summary.txt)" in (tmp_path / "clean" / "fleet_report.md").read_text()
     summary = json.loads((tmp_path / "clean" / "fleet_summary.json").read_text())
     assert summary["replayed"] == 4 and summary["failed"] == 1 and summary["workers"] == 2
@@ -209,6 +207,73 @@ def test_commit_replaces_a_result_whole(tmp_path: Path) -> None:
     assert read_record(tmp_path, "bag").key == "k2" and reusable(tmp_path, "bag", "k2") is not None
     assert reusable(tmp_path, "bag", "k1") is None
     assert [p.name for p in (tmp_path / "bags").iterdir()] == ["bag"]
+
+
+def _scripted_bag(out: Path, name: str, speed: float, plans: list[tuple[float, float | None]]) -> BagRecord:
+    """A committed result of a straight drive at ``speed`` (odometry every 0.1 s for 10 s) whose plans are at
+    ``(t, error)``: every waypoint ``error`` metres ahead of the truth, or invalid when ``error`` is None."""
+    t0 = 1_700_000_000 * 10**9
+    tmp = new_tmp_dir(out, name)
+    odometry = [[t0 + k * 10**8, speed * k / 10, 0.0, 0.0] for k in range(101)]
+    (tmp / "odometry.json").write_text(json.dumps(odometry))
+    lines = []
+    for t, error in plans:
+        waypoints = None if error is None else [[speed * 0.5 * (i + 1) + error, 0.0] for i in range(8)]
+        lines.append(
+            {
+                "t_s": t,
+                "status": "planned",
+                "stamp_ns": t0 + round(t * 10**9),
+                "valid": error is not None,
+                "reason": None if error is not None else "no waypoints",
+                "waypoints": waypoints,
+                "command": "go straight",
+                "velocity": [speed, 0.0],
+                "timing": {"total_ms": 100.0},
+            }
+        )
+    (tmp / "predictions.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    record = BagRecord(name=name, bag=f"/bags/{name}", status=DONE, plans=len(plans))
+    commit(tmp, out, record)
+    return record
+
+
+def test_report_pools_instants_across_bags(tmp_path: Path) -> None:
+    from wam_diff2_ros.fleet.report import build_report, write_report
+
+    records = [
+        _scripted_bag(tmp_path, "slow", 4.0, [(1.0, 1.0), (2.0, 1.0)]),
+        _scripted_bag(tmp_path, "fast", 12.0, [(1.0, 4.0), (2.0, None)]),
+        BagRecord(name="broken", bag="/bags/broken", status=FAILED, reason="cannot open the bag: no metadata"),
+    ]
+    report = build_report(tmp_path, records, {"model": "m"})
+    bags = {b["name"]: b for b in report["bags"]}
+    assert bags["slow"]["ade_4s"] == pytest.approx(1.0) and bags["fast"]["fde_4s"] == pytest.approx(4.0)
+    assert bags["fast"]["valid_rate"] == 0.5 and bags["broken"]["status"] == FAILED
+    pooled = report["pooled"]
+    assert pooled["plans"] == 4 and pooled["valid"] == 3 and pooled["valid_rate"] == 0.75
+    for h in ("1s", "2s", "3s", "4s"):  # over instants: (1 + 1 + 4) / 3, not the mean of the bags' 1 and 4
+        assert pooled[f"ade_{h}"] == pytest.approx(2.0) and pooled[f"count_{h}"] == 3
+    assert pooled["by_speed"]["3-6 m/s"]["ade_4s"] == pytest.approx(1.0)
+    assert pooled["by_speed"]["10-15 m/s"]["fde_4s"] == pytest.approx(4.0)
+    assert pooled["by_command"]["go straight"]["count"] == 3
+    assert [b["name"] for b in report["worst_bags"]] == ["fast", "slow"]
+    assert report["worst_plans"][0]["bag"] == "fast" and report["worst_plans"][0]["fde_4s"] == pytest.approx(4.0)
+    assert report["invalid_plans"] == [
+        {
+            "bag": "fast",
+            "t_s": 2.0,
+            "stamp_ns": report["invalid_plans"][0]["stamp_ns"],
+            "command": "go straight",
+            "speed_mps": 12.0,
+            "reason": "no waypoints",
+        }
+    ]
+    assert report["failures"] == [{"name": "broken", "reason": "cannot open the bag: no metadata"}]
+    paths = write_report(tmp_path, report)
+    assert {p.name for p in paths} == {"fleet_report.json", "fleet_report.md", "error_over_horizon.png", "bags.png"}
+    text = (tmp_path / "fleet_report.md").read_text()
+    assert "| broken | failed: cannot open the bag: no metadata |" in text and "2.00 / 2.00" in text
 
 
 def test_command_line_errors(tmp_path: Path, capsys) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from wam_diff2_ros.fleet.results import FAILED, BagRecord, record_failure
+from wam_diff2_ros.fleet.results import FAILED, BagRecord, bags_root, record_failure, tmp_dir_name
 from wam_diff2_ros.fleet.worker import CRASH_ENV, BagTask, BagWorker
 
 MAX_ATTEMPTS = 2  # a bag whose worker died is retried once, on a fresh worker
@@ -92,6 +93,7 @@ class Slot:
     actor: Any = None
     task: BagTask | None = None
     attempt: int = 0
+    tmp_name: str = ""
     future: Any = None
     started_s: float = 0.0
     done: int = 0
@@ -139,7 +141,8 @@ def run_tasks(ray: Any, tasks: Sequence[BagTask], config: RayConfig, events: Poo
             for slot in slots:
                 if slot.future is None and queue:
                     slot.task, slot.attempt = queue.popleft()
-                    slot.future = slot.actor.replay_bag.remote(slot.task, slot.attempt)
+                    slot.tmp_name = tmp_dir_name(slot.task.name)  # removed here if the worker dies
+                    slot.future = slot.actor.replay_bag.remote(slot.task, slot.attempt, slot.tmp_name)
                     slot.started_s = time.perf_counter()
                     events.started(slot)
             busy = {s.future: s for s in slots if s.future is not None}
@@ -176,6 +179,7 @@ def _collect(
         return BagRecord.from_json(ray.get(future))
     except ray.exceptions.RayActorError as exc:
         reason = f"the worker died while replaying it ({type(exc).__name__})"
+        shutil.rmtree(bags_root(Path(task.out)) / slot.tmp_name, ignore_errors=True)  # its half-written outputs
         slot.replaced += 1
         ray.kill(slot.actor)
         slot.actor = new_actor(slot)

@@ -68,7 +68,10 @@ def load_bag(out: Path, record: BagRecord) -> BagData:
             track = evaluation.EgoTrack.from_odometry([tuple(row) for row in odometry])
         except ValueError:
             track = None
-    return BagData(record, predictions, _plan_records_for_metrics(predictions), track)
+    planned = [r for r in predictions if r["status"] == "planned"]
+    metric_rows = _plan_records_for_metrics(planned)
+    rows = [{**row, "reason": r.get("reason")} for row, r in zip(metric_rows, planned, strict=True)]
+    return BagData(record, predictions, rows, track)
 
 
 def _key_metrics(metrics: Mapping[str, Any]) -> dict[str, Any]:

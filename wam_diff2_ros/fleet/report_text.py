@@ -71,7 +71,7 @@ def markdown(report: Mapping[str, Any]) -> str:
     if pooled.get("invalid_reasons"):
         lines += ["Invalid plans by reason: " + "; ".join(f"{r} ({n}x)" for r, n in pooled["invalid_reasons"].items())]
         lines += [""]
-    lines += [f"![error over the horizon]({p})" for p in report.get("plots", [])] + [""]
+    lines += [*(f"![{p.rsplit('/', 1)[-1]}]({p})" for p in report.get("plots", [])), ""]
     lines += ["## Bags", ""]
     rows = []
     for bag in report["bags"]:

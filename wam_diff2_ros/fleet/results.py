@@ -60,9 +60,14 @@ def bags_root(out: Path) -> Path:
     return out / BAGS_DIR
 
 
-def new_tmp_dir(out: Path, name: str) -> Path:
+def tmp_dir_name(name: str) -> str:
+    """A fresh name for one bag's temporary result folder."""
+    return f"{TMP_PREFIX}{name}-{uuid.uuid4().hex[:8]}"
+
+
+def new_tmp_dir(out: Path, name: str, tmp_name: str | None = None) -> Path:
     """A fresh temporary folder for one bag's result (beside its final place)."""
-    path = bags_root(out) / f"{TMP_PREFIX}{name}-{uuid.uuid4().hex[:8]}"
+    path = bags_root(out) / (tmp_name or tmp_dir_name(name))
     path.mkdir(parents=True)
     return path
 

@@ -101,8 +101,9 @@ class BagWorker:
                 return 2  # during the second plan: the first one's outputs are written
         return None
 
-    def replay_bag(self, task: BagTask, attempt: int = 1) -> dict[str, Any]:
-        """Replay one bag into a temporary folder, then commit it as ``OUT/bags/<name>``; returns its record."""
+    def replay_bag(self, task: BagTask, attempt: int = 1, tmp_name: str | None = None) -> dict[str, Any]:
+        """Replay one bag into a temporary folder (``tmp_name`` under ``OUT/bags``, else a fresh one), then commit
+        it as ``OUT/bags/<name>``; returns its record."""
         from wam_diff2_ros.replay import ReplayModelError, ReplayUsageError, replay
 
         started = time.perf_counter()
@@ -116,7 +117,7 @@ class BagWorker:
             attempts=attempt,
             worker=self.worker_id,
         )
-        tmp = new_tmp_dir(task.out, task.name)
+        tmp = new_tmp_dir(task.out, task.name, tmp_name)
         options = replace(task.options, bag=task.bag, out=tmp, progress=False, overwrite=False)
         crash_at = self._crash_at_plan(task.name, attempt)
         try:
