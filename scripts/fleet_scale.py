@@ -7,7 +7,8 @@
 
 Writes 8 synthetic bags (different seeds, lengths, image sizes and transports; the 12 s ones include the drive's
 left turn; one truncated, one without odometry) under ``WORK_DIR/bags``, replays them one after another with
-``wam-diff2-replay`` (each a fresh process, as a user would run them; torch on all cores), then with
+``wam-diff2-replay`` (each a fresh process, as a user would run them; torch on all cores unless
+``--replay-threads``), then with
 ``wam-diff2-fleet --workers N`` (embedded Ray; each worker one core), and prints the wall times, their ratio and
 whether every bag's predictions (all fields but the wall-clock timings) are identical. The JSON lands in
 ``WORK_DIR/fleet_scale.json``.
@@ -68,11 +69,12 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--rate-hz", default="0.5")
     parser.add_argument("--max-plans", default="3", help="per bag (keeps the run short on a busy machine)")
+    parser.add_argument("--replay-threads", type=int, default=os.cpu_count() or 1, help="torch threads of each replay")
     args = parser.parse_args()
     work = args.work.resolve()
     bags = make_bags(work / "bags")
     common = ["--model", args.model, "--rate-hz", args.rate_hz, "--max-plans", args.max_plans, "--no-progress"]
-    env = dict(os.environ, OMP_NUM_THREADS=str(os.cpu_count() or 1))
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.replay_threads))
 
     sequential_s = {}
     started = time.perf_counter()
@@ -111,6 +113,7 @@ def main() -> int:
         "rate_hz": args.rate_hz,
         "max_plans": args.max_plans,
         "workers": args.workers,
+        "replay_threads": args.replay_threads,
         "sequential_wall_s": round(sequential_total, 1),
         "fleet_wall_s": round(fleet_total, 1),
         "speedup": round(sequential_total / fleet_total, 2),

@@ -89,6 +89,7 @@ def drives(tmp_path_factory) -> Path:
 # --- one code path ---------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_one_bag_gives_the_same_predictions_as_the_replay(tmp_path: Path) -> None:
     bag = make_bag(tmp_path / "drive", seed=7, seconds=1.5)
     model = str(tiny_checkpoint())
