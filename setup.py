@@ -1,6 +1,6 @@
 """pip route for wam_diff2_ros (colcon on a ROS 2 install uses CMakeLists.txt + package.xml).
 
-`pip install -e .[ros,replay,test]` gives the core engine, the node (with the PyPI ROS 2
+`pip install -e .[ros,replay,fleet,test]` gives the core engine, the node (with the PyPI ROS 2
 wheels), the tools and the test dependencies.
 """
 
@@ -75,6 +75,8 @@ setup(
     extras_require={
         "ros": ROS_WHEELS + ROSIDL_BUILD,
         "replay": ["rosbags>=0.10", "matplotlib>=3.8"],
+        # wam-diff2-fleet: many bags on Ray workers (embedded Ray by default, or a cluster).
+        "fleet": ["ray>=2.30"],
         "test": ["pytest>=8", "hypothesis>=6.100", "ruff>=0.6", "pytest-timeout>=2.3"],
         # colcon on the pip route (scripts/colcon_build.sh installs these when the venv has no colcon).
         "colcon": ["colcon-common-extensions>=0.3", "ros-ament-cmake-pytest"],
@@ -85,6 +87,7 @@ setup(
             "wam-diff2-infer = wam_diff2_ros.cli.infer:main",
             "wam-diff2-make-tiny = wam_diff2_ros.cli.make_tiny:main",
             "wam-diff2-replay = wam_diff2_ros.cli.replay:main",
+            "wam-diff2-fleet = wam_diff2_ros.cli.fleet:main",
             "wam-diff2-bench = wam_diff2_ros.cli.bench:main",
             "wam-diff2-build-interfaces = wam_diff2_ros.cli.build_interfaces:main",
             "wam-diff2-make-sample-bag = wam_diff2_ros.cli.make_sample_bag:main",

@@ -30,11 +30,25 @@ ALLOWED: dict[str, set[str]] = {
     "bag": {"core", "ros", "bag"},
     "sim": {"core", "bag", "sim"},
     "replay": {"core", "demo", "ros", "bag", "replay"},
+    "fleet": {"core", "demo", "ros", "bag", "replay", "fleet"},
     "demo.train": {"core", "demo", "sim", "demo.train"},
     "bench": {"core", "demo", "bench"},
     "infer": {"core", "demo", "infer"},
     "interfaces": {"interfaces"},
-    "cli": {"core", "demo", "ros", "bag", "sim", "replay", "demo.train", "bench", "infer", "interfaces", "cli"},
+    "cli": {
+        "core",
+        "demo",
+        "ros",
+        "bag",
+        "sim",
+        "replay",
+        "fleet",
+        "demo.train",
+        "bench",
+        "infer",
+        "interfaces",
+        "cli",
+    },
 }
 ROS_FREE = ("core", "demo")
 ROS_ROOTS = ("rclpy", "rosbags", "rosidl", "launch", "launch_ros", "builtin_interfaces", "ament_index_python")

@@ -312,3 +312,15 @@ def test_default_bag_is_under_10_mb(tmp_path):
     print(f"default sample bag: {result.size_bytes / 1e6:.2f} MB in {elapsed:.1f} s")
     assert result.size_bytes < 10_000_000
     assert result.counts[sd.SAMPLE_TOPICS["image_compressed"]] == 250
+
+
+def test_sample_bag_leaves_out_the_topics_asked(tmp_path):
+    from wam_diff2_ros.bag import BagReader
+
+    with pytest.raises(ValueError, match="not in"):
+        sd.make_sample_bag(tmp_path / "bad", seconds=0.5, width=64, height=48, without=("wheels",))
+    bag = sd.make_sample_bag(tmp_path / "no_odom", seconds=0.5, width=64, height=48, without=("odometry",)).path
+    with BagReader(bag) as reader:
+        assert sd.SAMPLE_TOPICS["odometry"] not in reader.topics
+        assert reader.topics[sd.SAMPLE_TOPICS["image_compressed"]].count > 0
+        assert reader.topics[sd.SAMPLE_TOPICS["acceleration"]].count > 0

@@ -284,7 +284,9 @@ def _run_replay(
         exit_code = EXIT_NO_PLANS
     else:
         exit_code = EXIT_OK
-    return finish(run, options, reader, config, topic_map, engine, wall_start, load_s, outputs, exit_code)
+    result = finish(run, options, reader, config, topic_map, engine, wall_start, load_s, outputs, exit_code)
+    result.odometry = run.odometry  # the track the metrics were computed against (the fleet pools it)
+    return result
 
 
 def _plan_instant(run: Run, runtime: Any, outputs: Outputs, t_ns: int, clock: dict[str, int]) -> None:

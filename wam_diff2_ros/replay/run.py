@@ -23,6 +23,7 @@ class ReplayResult:
     metrics: dict[str, Any] = field(default_factory=dict)
     summary: str = ""
     error: str | None = None
+    odometry: list[tuple[int, float, float, float]] = field(default_factory=list)  # the ground truth's samples
 
 
 class NoTrack:

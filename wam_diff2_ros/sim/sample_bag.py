@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,8 +68,10 @@ def make_sample_bag(
     overwrite: bool = False,
     start_ns: int = DEFAULT_START_NS,
     progress: Callable[[int, int], None] | None = None,
+    without: Sequence[str] = (),
 ) -> SampleBag:
-    """Render the drive and write it as a rosbag2 MCAP folder at ``out_dir``."""
+    """Render the drive and write it as a rosbag2 MCAP folder at ``out_dir``; ``without`` names
+    :data:`SAMPLE_TOPICS` keys to leave out (e.g. ``("odometry",)`` for a bag with no ground truth)."""
     from geometry_msgs.msg import AccelWithCovarianceStamped
     from nav_msgs.msg import Odometry
     from sensor_msgs.msg import CameraInfo, CompressedImage, Image
@@ -81,6 +83,9 @@ def make_sample_bag(
         raise ValueError(f"image size {width}x{height} is outside 64x48 .. 4096x4096")
     if not 1 <= jpeg_quality <= 100:
         raise ValueError(f"jpeg_quality must be 1..100, not {jpeg_quality}")
+    omitted = {SAMPLE_TOPICS[key] for key in without if key in SAMPLE_TOPICS}
+    if len(omitted) != len(set(without)):
+        raise ValueError(f"without: {sorted(set(without) - set(SAMPLE_TOPICS))} are not in {sorted(SAMPLE_TOPICS)}")
     t_start = time.perf_counter()
     sc = Scenario(seconds, seed)
     track = drive_track(sc, ODOM_RATE_HZ, COMMAND_RATE_HZ, start_ns)
@@ -105,7 +110,13 @@ def make_sample_bag(
     }
     with BagWriter(out_dir, overwrite=overwrite, custom_data=custom, compress=True) as bag:
         for key in (image_key, "camera_info", "odometry", "acceleration", "command"):
-            bag.add_topic(SAMPLE_TOPICS[key], SAMPLE_TYPES[key])
+            if SAMPLE_TOPICS[key] not in omitted:
+                bag.add_topic(SAMPLE_TOPICS[key], SAMPLE_TYPES[key])
+
+        def write(key: str, msg: object, stamp_ns: int) -> None:
+            if SAMPLE_TOPICS[key] not in omitted:
+                bag.write(SAMPLE_TOPICS[key], msg, stamp_ns)
+
         info = CameraInfo()
         info.header.frame_id = CAMERA_FRAME
         info.width, info.height = cam.width, cam.height
@@ -132,7 +143,7 @@ def make_sample_bag(
                 msg.twist.twist.linear.x = float(track.speed[i])
                 msg.twist.twist.angular.z = float(track.yaw_rate[i])
                 msg.twist.covariance = twist_cov
-                bag.write(SAMPLE_TOPICS["odometry"], msg, stamp)
+                write("odometry", msg, stamp)
             elif kind == "acceleration":
                 msg = AccelWithCovarianceStamped()
                 msg.header.stamp = ns_to_stamp(stamp)
@@ -141,9 +152,9 @@ def make_sample_bag(
                 msg.accel.accel.linear.y = float(track.accel_y[i])
                 msg.accel.accel.angular.z = float(track.yaw_accel[i])
                 msg.accel.covariance = accel_cov
-                bag.write(SAMPLE_TOPICS["acceleration"], msg, stamp)
+                write("acceleration", msg, stamp)
             elif kind == "command":
-                bag.write(SAMPLE_TOPICS["command"], String(data=track.commands[i]), stamp)
+                write("command", String(data=track.commands[i]), stamp)
             else:
                 pixels = renderer.render((stamp - start_ns) / 1e9)
                 if raw:
@@ -163,9 +174,9 @@ def make_sample_bag(
                     img.header.frame_id = CAMERA_FRAME
                     img.format = "jpeg"
                     img.data = buffer.getvalue()
-                bag.write(SAMPLE_TOPICS[image_key], img, stamp)
+                write(image_key, img, stamp)
                 info.header.stamp = ns_to_stamp(stamp)
-                bag.write(SAMPLE_TOPICS["camera_info"], info, stamp)
+                write("camera_info", info, stamp)
                 done += 1
                 if progress is not None:
                     progress(done, len(camera_offsets))
