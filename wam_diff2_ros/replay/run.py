@@ -54,6 +54,7 @@ class Run:
     bag_error: str | None = None
     fatal: str | None = None
     interrupted: bool = False
+    view: Any = None  # a ReplayView with --serve (replay/serve.py)
 
     @property
     def num_blocked(self) -> int:
