@@ -35,7 +35,7 @@ class FoxgloveClient:
     def __init__(self, url: str) -> None:
         from websockets.sync.client import connect
 
-        self.ws = connect(url, subprotocols=list(SUBPROTOCOLS), max_size=None, open_timeout=30)
+        self.ws = connect(url, subprotocols=list(SUBPROTOCOLS), max_size=None, open_timeout=30).__enter__()
         self.subprotocol = self.ws.subprotocol
         self.server_info: dict[str, Any] = {}
         self.channels: dict[int, dict[str, Any]] = {}
