@@ -42,7 +42,7 @@ class FoxgloveClient:
         self._decoders: dict[int, Any] = {}
         self._subscriptions: dict[int, int] = {}  # subscription id -> channel id
         self.received: list[Received] = []
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()  # predicates of wait_for read messages under it
         self.changed = threading.Condition(self.lock)
         self._thread = threading.Thread(target=self._read, daemon=True)
         self._thread.start()
@@ -62,7 +62,7 @@ class FoxgloveClient:
         ids = self.wait_for_channels(topics)
         subscriptions = []
         with self.lock:
-            for topic, channel_id in ids.items():
+            for channel_id in ids.values():
                 sub_id = len(self._subscriptions) + 1
                 self._subscriptions[sub_id] = channel_id
                 subscriptions.append({"id": sub_id, "channelId": channel_id})

@@ -37,6 +37,8 @@ TOPICS = {
     "log": "/wam_diff2/log",  # foxglove.Log: rejected, stale and blocked instants
 }
 CameraPose = tuple[float, float, float, float, float, float]
+#: After a client's first subscription, how long no further one must arrive before a replay starts.
+SUBSCRIBE_SETTLE_S = 0.5
 
 
 class ViewerUnavailableError(RuntimeError):
@@ -115,25 +117,37 @@ def optical_rotation(roll: float, pitch: float, yaw: float) -> tuple[float, floa
 
 
 class _Subscriptions:
-    """Counts client subscriptions (a ``foxglove.ServerListener``)."""
+    """Counts client subscriptions (a ``foxglove.ServerListener``; the SDK calls it from its own threads)."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._changed = threading.Condition()
         self.topics: dict[str, int] = {}
         self.first = threading.Event()
 
     def on_subscribe(self, client: Any, channel: Any) -> None:
-        with self._lock:
+        with self._changed:
             self.topics[channel.topic] = self.topics.get(channel.topic, 0) + 1
+            self._changed.notify_all()
         self.first.set()
 
     def on_unsubscribe(self, client: Any, channel: Any) -> None:
-        with self._lock:
+        with self._changed:
             self.topics[channel.topic] = max(0, self.topics.get(channel.topic, 0) - 1)
+            self._changed.notify_all()
 
     def wants(self, topic: str) -> bool:
-        with self._lock:
+        with self._changed:
             return self.topics.get(topic, 0) > 0
+
+    def wait_for(self, topics: Sequence[str], timeout_s: float | None) -> bool:
+        with self._changed:
+            return self._changed.wait_for(lambda: all(self.topics.get(t, 0) > 0 for t in topics), timeout_s)
+
+    def settle(self, quiet_s: float) -> None:
+        """Return once no subscription changed for ``quiet_s`` (a client subscribes channel by channel)."""
+        with self._changed:
+            while self._changed.wait(quiet_s):
+                pass
 
 
 class LiveView:
@@ -204,9 +218,17 @@ class LiveView:
         """``ws://host:port``."""
         return f"ws://{self.settings.host}:{self.port}"
 
-    def wait_for_client(self, timeout_s: float | None = None) -> bool:
-        """Block until a client subscribes to a channel (True) or ``timeout_s`` passes (False)."""
-        return self._subscriptions.first.wait(timeout_s)
+    def wait_for_client(self, timeout_s: float | None = None, settle_s: float = SUBSCRIBE_SETTLE_S) -> bool:
+        """Block until a client subscribes (True) or ``timeout_s`` passes (False); then until its other
+        subscriptions have arrived (none for ``settle_s``)."""
+        if not self._subscriptions.first.wait(timeout_s):
+            return False
+        self._subscriptions.settle(settle_s)
+        return True
+
+    def wait_for_subscribers(self, topics: Sequence[str], timeout_s: float | None = None) -> bool:
+        """Block until every topic of ``topics`` has a subscriber (True) or ``timeout_s`` passes."""
+        return self._subscriptions.wait_for(topics, timeout_s)
 
     def close(self) -> None:
         """Draw the update still pending, stop the thread and the server (idempotent)."""
