@@ -3,8 +3,8 @@
 core ← demo (model fixtures), viewer (live view) ← ros ← bag ← sim / replay / bench / infer ← demo.train ← cli
 (interfaces stands alone): a module may import only from its own layer and the layers its row in :data:`ALLOWED`
 names, also inside functions; core, demo and viewer never import ROS; module-level imports between the package's
-modules form no cycle; the tests marked ``core`` (run again on the ROS-free transformers 4.57.3 environment by ``scripts/test.sh``)
-import nothing that needs ROS.
+modules form no cycle; the tests marked ``core`` (run again on the ROS-free transformers 4.57.3 environment by
+``scripts/test.sh``) import nothing that needs ROS.
 """
 
 from __future__ import annotations
