@@ -48,7 +48,7 @@ setup(
     python_requires=">=3.10",
     packages=find_packages(include=[PACKAGE, f"{PACKAGE}.*"]),
     include_package_data=True,
-    package_data={f"{PACKAGE}.demo": ["weights/*"]},
+    package_data={f"{PACKAGE}.demo": ["weights/*"], f"{PACKAGE}.replay": ["report_page.html"]},
     data_files=[
         ("share/ament_index/resource_index/packages", ["resource/wam_diff2_ros"]),
         (f"share/{PACKAGE}", ["package.xml"]),

@@ -18,6 +18,7 @@ class ReplayResult:
     bag_path: Path | None = None
     predictions_path: Path | None = None
     metrics_path: Path | None = None
+    report_path: Path | None = None  # report.html (None when it could not be written)
     summary_path: Path | None = None
     plots: list[Path] = field(default_factory=list)
     metrics: dict[str, Any] = field(default_factory=dict)
