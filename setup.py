@@ -75,7 +75,12 @@ setup(
     extras_require={
         "ros": ROS_WHEELS + ROSIDL_BUILD,
         "replay": ["rosbags>=0.10", "matplotlib>=3.8"],
-        "test": ["pytest>=8", "hypothesis>=6.100", "ruff>=0.6", "pytest-timeout>=2.3"],
+        # The live Foxglove view (node parameter viewer.port, wam-diff2-replay --serve).
+        "viewer": ["foxglove-sdk>=0.30"],
+        # websockets + protobuf: the tests' own Foxglove WebSocket protocol client.
+        "test": ["pytest>=8", "hypothesis>=6.100", "ruff>=0.6", "pytest-timeout>=2.3", "websockets>=13", "protobuf>=5"],
+        # The report page's browser test drives the system Chromium (apt-get install chromium) with Playwright.
+        "report-test": ["playwright>=1.45"],
         # colcon on the pip route (scripts/colcon_build.sh installs these when the venv has no colcon).
         "colcon": ["colcon-common-extensions>=0.3", "ros-ament-cmake-pytest"],
     },
