@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -143,3 +144,25 @@ def test_a_client_that_stops_reading_never_blocks_submit() -> None:
     finally:
         stalled.close()
         view.close()
+
+
+def test_the_shipped_layout_shows_the_view_topics() -> None:
+    layout = json.loads((Path(__file__).resolve().parents[1] / "config" / "foxglove_layout.json").read_text())
+    panels = layout["configById"]
+
+    def leaves(node: object) -> list[str]:
+        return [node] if isinstance(node, str) else [*leaves(node["first"]), *leaves(node["second"])]
+
+    assert sorted(leaves(layout["layout"])) == sorted(panels)  # every panel placed, none without a config
+    referenced = set()
+    for config in panels.values():
+        referenced |= set(config.get("topics", {}))
+        referenced |= {config[k] for k in ("topicPath", "topicToRender") if k in config}
+        referenced |= {v for k, v in config.get("imageMode", {}).items() if k.endswith("Topic")}
+        referenced |= {p["value"].split(".")[0] for p in config.get("paths", [])}
+    assert referenced == set(TOPICS.values()) - {TOPICS["tf"]}  # /tf places the plan; no panel lists it
+    assert {p["value"] for c in panels.values() for p in c.get("paths", [])} >= {
+        "/wam_diff2/plan_info.timing.total_ms",
+        "/wam_diff2/plan_info.confidence",
+    }
+    assert panels["3D!wamscene"]["followTf"] == "base_link"
