@@ -12,7 +12,9 @@ Channels (every timestamp is the plan's image stamp): :data:`TOPICS`.
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 import threading
 import time
 from collections import deque
@@ -37,6 +39,8 @@ TOPICS = {
     "log": "/wam_diff2/log",  # foxglove.Log: rejected, stale and blocked instants
 }
 CameraPose = tuple[float, float, float, float, float, float]
+#: The drawing thread's nice value (19: runs only on CPU time nothing else wants).
+VIEWER_NICE = 19
 #: After a client's first subscription, how long no further one must arrive before a replay starts.
 SUBSCRIBE_SETTLE_S = 0.5
 
@@ -114,6 +118,13 @@ def optical_rotation(roll: float, pitch: float, yaw: float) -> tuple[float, floa
     )
     optical_in_body = np.array([[0.0, 0.0, 1.0], [-1.0, 0.0, 0.0], [0.0, -1.0, 0.0]])  # columns: x, y, z optical
     return _quaternion_from_matrix(body @ optical_in_body)
+
+
+def _lower_priority() -> None:
+    """Make the calling thread the scheduler's last choice (Linux: a thread's nice value is its own), so that
+    JPEG encoding never takes a core from planning; elsewhere nothing changes."""
+    with contextlib.suppress(AttributeError, OSError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), VIEWER_NICE)
 
 
 class _Subscriptions:
@@ -256,6 +267,7 @@ class LiveView:
     # ---- the viewer's thread
 
     def _run(self) -> None:
+        _lower_priority()
         while True:
             with self._wake:
                 while self._mailbox is None and not self._closed:
