@@ -48,7 +48,11 @@ setup(
     python_requires=">=3.10",
     packages=find_packages(include=[PACKAGE, f"{PACKAGE}.*"]),
     include_package_data=True,
-    package_data={f"{PACKAGE}.demo": ["weights/*"], f"{PACKAGE}.core": ["cpu_kernels.cpp"]},
+    package_data={
+        f"{PACKAGE}.demo": ["weights/*"],
+        f"{PACKAGE}.core": ["cpu_kernels.cpp"],
+        f"{PACKAGE}.replay": ["report_page.html"],
+    },
     data_files=[
         ("share/ament_index/resource_index/packages", ["resource/wam_diff2_ros"]),
         (f"share/{PACKAGE}", ["package.xml"]),
@@ -77,7 +81,12 @@ setup(
         "replay": ["rosbags>=0.10", "matplotlib>=3.8"],
         # wam-diff2-fleet: many bags on Ray workers (embedded Ray by default, or a cluster).
         "fleet": ["ray>=2.30"],
-        "test": ["pytest>=8", "hypothesis>=6.100", "ruff>=0.6", "pytest-timeout>=2.3"],
+        # The live Foxglove view (node parameter viewer.port, wam-diff2-replay --serve).
+        "viewer": ["foxglove-sdk>=0.30"],
+        # websockets + protobuf: the tests' own Foxglove WebSocket protocol client.
+        "test": ["pytest>=8", "hypothesis>=6.100", "ruff>=0.6", "pytest-timeout>=2.3", "websockets>=13", "protobuf>=5"],
+        # The report page's browser test drives the system Chromium (apt-get install chromium) with Playwright.
+        "report-test": ["playwright>=1.45"],
         # colcon on the pip route (scripts/colcon_build.sh installs these when the venv has no colcon).
         "colcon": ["colcon-common-extensions>=0.3", "ros-ament-cmake-pytest"],
     },

@@ -2,7 +2,8 @@
 # Set up the project's virtual environments (idempotent; re-runs only what changed).
 #
 #   scripts/bootstrap.sh          .venv: torch (CPU 2.13.0 by default), the package with its ROS 2 (PyPI
-#                                 wheels), replay, fleet, test and colcon extras, and the package's own ROS messages.
+#                                 wheels), replay, fleet, test, colcon, viewer and report-test extras, and the
+#                                 package's own ROS messages.
 #   scripts/bootstrap.sh --tf457  .venv-tf457: the core engine against transformers 4.57.3 (the reference's pin).
 #
 # Environment: PYTHON (default python3), TORCH_SPEC (default "torch==2.13.0": the CPU build on these development
@@ -51,7 +52,7 @@ if [ "$MODE" = --tf457 ]; then
   EXTRA_SPECS=("transformers==4.57.3")
 else
   VENV=.venv
-  EXTRAS=".[ros,replay,fleet,test,colcon]"
+  EXTRAS=".[ros,replay,fleet,test,colcon,viewer,report-test]"
   EXTRA_SPECS=()
 fi
 STAMP="$VENV/.bootstrap-$(stamp_of | sha256sum | cut -c1-16)"

@@ -1,10 +1,10 @@
 """The package's layers, read from the source with ``ast`` (nothing is imported).
 
-core ← demo (model fixtures) ← ros ← bag ← sim / replay / bench / infer ← demo.train ← cli (interfaces stands
-alone): a module may import only from its own layer and the layers its row in :data:`ALLOWED` names, also inside
-functions; core and demo never import ROS; module-level imports between the package's modules form no cycle;
-the tests marked ``core`` (run again on the ROS-free transformers 4.57.3 environment by ``scripts/test.sh``)
-import nothing that needs ROS.
+core ← demo (model fixtures), viewer (live view) ← ros ← bag ← sim / replay / bench / infer ← demo.train ← cli
+(interfaces stands alone): a module may import only from its own layer and the layers its row in :data:`ALLOWED`
+names, also inside functions; core, demo and viewer never import ROS; module-level imports between the package's
+modules form no cycle; the tests marked ``core`` (run again on the ROS-free transformers 4.57.3 environment by
+``scripts/test.sh``) import nothing that needs ROS.
 """
 
 from __future__ import annotations
@@ -26,31 +26,22 @@ ROOT_MODULES = {"_interfaces", "msg"}  # the package root: the generated-message
 ALLOWED: dict[str, set[str]] = {
     "core": {"core"},
     "demo": {"core", "demo"},
-    "ros": {"core", "demo", "ros"},
+    "viewer": {"core", "viewer"},
+    "ros": {"core", "demo", "viewer", "ros"},
     "bag": {"core", "ros", "bag"},
     "sim": {"core", "bag", "sim"},
-    "replay": {"core", "demo", "ros", "bag", "replay"},
-    "fleet": {"core", "demo", "ros", "bag", "replay", "fleet"},
+    "replay": {"core", "demo", "viewer", "ros", "bag", "replay"},
+    "fleet": {"core", "demo", "viewer", "ros", "bag", "replay", "fleet"},
     "demo.train": {"core", "demo", "sim", "demo.train"},
     "bench": {"core", "demo", "bench"},
     "infer": {"core", "demo", "infer"},
     "interfaces": {"interfaces"},
     "cli": {
-        "core",
-        "demo",
-        "ros",
-        "bag",
-        "sim",
-        "replay",
-        "fleet",
-        "demo.train",
-        "bench",
-        "infer",
-        "interfaces",
-        "cli",
+        *("core", "demo", "viewer", "ros", "bag", "sim", "replay", "fleet"),
+        *("demo.train", "bench", "infer", "interfaces", "cli"),
     },
 }
-ROS_FREE = ("core", "demo")
+ROS_FREE = ("core", "demo", "viewer")
 ROS_ROOTS = ("rclpy", "rosbags", "rosidl", "launch", "launch_ros", "builtin_interfaces", "ament_index_python")
 
 

@@ -68,6 +68,18 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--no-plots", action="store_true", help="do not draw the PNG plots")
     run.add_argument("--overwrite", action="store_true", help="replace earlier replay outputs in --out")
     run.add_argument("--no-progress", action="store_true", help="no progress bar or progress lines")
+    run.add_argument(
+        "--serve",
+        nargs="?",
+        type=int,
+        const=8765,
+        metavar="PORT",
+        help="serve the live Foxglove view on PORT (default 8765; viewer.host, 127.0.0.1 unless set) and wait for "
+        "a client before replaying",
+    )
+    run.add_argument(
+        "--serve-speed", type=float, default=1.0, metavar="X", help="with --serve: X times real time; 0 = unpaced"
+    )
     return parser
 
 
@@ -101,6 +113,8 @@ def options_from_args(args: argparse.Namespace) -> ReplayOptions:
         plots=not args.no_plots,
         overwrite=args.overwrite,
         progress=False if args.no_progress else None,
+        serve_port=args.serve,
+        serve_speed=args.serve_speed,
     )
 
 

@@ -6,6 +6,7 @@
         [--image-topic T ...] [--camera-info-topic T ...] [--odometry-topic T] [--command-topic T]
         [--driving-command-topic T] [--acceleration-topic T] [--rate-hz R] [--device D] [--dtype T]
         [--start S] [--duration D] [--max-plans N] [--detect] [--no-copy-inputs] [--no-plots] [--overwrite]
+        [--serve [PORT]] [--serve-speed X]
 
 The bag's messages go, in receive-time order and with their bag receive time, to the node's own
 :class:`~wam_diff2_ros.ros.runtime.PlannerRuntime` (the code the node runs, not a copy), whose clock is the
@@ -27,6 +28,8 @@ Outputs in ``DIR``:
 * ``metrics.json`` — :func:`wam_diff2_ros.replay.evaluation.compute_metrics` (ADE/FDE at 1/2/3/4 s against
   the ego's actual future from the bag's odometry, in the ego frame at plan time; invalid-answer rate;
   model latency p50/p95/max) plus blocked instants and why, ground-truth availability and run metadata;
+* ``report.html`` — one self-contained page: summary, error over the horizon, a sortable / filterable table of
+  every instant, each row's predicted and actual path (:mod:`wam_diff2_ros.replay.report_page`; docs/viewer.md);
 * ``plots/bev.png``, ``plots/error_over_horizon.png``; ``summary.txt`` (also printed);
   ``detections.jsonl`` with ``--detect``.
 
@@ -41,10 +44,14 @@ topics or unreadable bag; 3 the bag is damaged or truncated (everything readable
 replayed and written); 4 the replay ran but no instant could be planned (outputs written, the reasons are
 in ``metrics.json`` and the summary); 130 interrupted by Ctrl-C or SIGTERM (outputs so far written).
 
+``--serve [PORT]`` also serves the live Foxglove view (:mod:`wam_diff2_ros.replay.serve`, docs/viewer.md): the
+replay waits for a client, then plays at ``--serve-speed`` times real time (0: unpaced).
+
 Modules: ``settings`` (options, parameters → node config), ``topics`` (bag topic → the node's input-table
 row), ``loop`` (the replay; its planning instants follow the node's rule, :mod:`wam_diff2_ros.ros.schedule`),
-``records`` / ``outputs`` (per-instant files), ``report`` (metrics, plots, summary), ``evaluation`` / ``plots``
-(metrics against odometry), ``interrupts``, ``progress``, ``run``, ``errors``; the command line is
+``records`` / ``outputs`` (per-instant files), ``report`` (metrics, plots, summary), ``report_page``
+(``report.html``), ``serve`` (``--serve``), ``evaluation`` / ``plots`` (metrics against odometry),
+``interrupts``, ``progress``, ``run``, ``errors``; the command line is
 :mod:`wam_diff2_ros.cli.replay`.
 """
 

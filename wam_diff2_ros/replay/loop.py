@@ -177,6 +177,16 @@ def _run_replay(
     if runtime.msgs is None:
         log(f"warning: {runtime.msgs_problem}: no {OUTPUT_TOPICS['trajectory']} in the output bag")
 
+    if options.serve_port is not None:
+        from wam_diff2_ros.replay.serve import open_view
+
+        try:
+            run.view = open_view(
+                options.serve_port, options.serve_speed, config.viewer_host, config.debug_camera_pose, log
+            )
+        except KeyboardInterrupt:
+            outputs.close()
+            raise
     route = routes(topic_map, input_table(config, runtime))  # the node's input table
     classes = {topic: message_class(reader.topics[topic].msgtype) for topic in topic_map.inputs()}
     unimportable = sorted(t for t, c in classes.items() if c is None)
@@ -270,6 +280,8 @@ def _run_replay(
             progress.latest = (progress.latest[0], run.num_planned, run.num_valid, run.num_blocked)
         progress.close()
         outputs.close()
+        if run.view is not None:
+            run.view.close()
     if run.decode_errors:
         problem = f"{run.decode_errors} message(s) did not deserialise (first: {run.first_decode_error})"
         run.bag_error = f"{run.bag_error} | {problem}" if run.bag_error else f"bag {reader.path}: {problem}"
@@ -291,6 +303,8 @@ def _run_replay(
 
 def _plan_instant(run: Run, runtime: Any, outputs: Outputs, t_ns: int, clock: dict[str, int]) -> None:
     clock["now"] = t_ns
+    if run.view is not None:
+        run.view.pace(t_ns)
     started = time.perf_counter()
     try:
         cycle = runtime.plan(t_ns)
@@ -309,6 +323,8 @@ def _plan_instant(run: Run, runtime: Any, outputs: Outputs, t_ns: int, clock: di
     wall_ms = (time.perf_counter() - started) * 1000.0
     if cycle.idle:
         return
+    if run.view is not None:
+        run.view.submit(cycle, t_ns)
     run.consecutive_errors = 0
     record = plan_record(len(run.records), t_ns, run.bag_start_ns or 0, cycle, wall_ms)
     with INTERRUPTS.held():  # the bag and predictions.jsonl get this instant together or not at all

@@ -14,6 +14,7 @@ from wam_diff2_ros.core.planning import describe_decoding
 from wam_diff2_ros.core.units import NS_PER_S
 from wam_diff2_ros.replay.errors import EXIT_BAG_DAMAGED, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NO_PLANS, EXIT_OK
 from wam_diff2_ros.replay.outputs import Outputs
+from wam_diff2_ros.replay.report_page import write_report_page
 from wam_diff2_ros.replay.run import NoTrack, ReplayResult, Run
 from wam_diff2_ros.replay.settings import ReplayOptions, params_hash
 from wam_diff2_ros.replay.topics import BAG_DIR_NAME, TopicMap
@@ -69,7 +70,8 @@ def finish(
         notes.append(f"no ground truth: {ground_truth['reason']}")
 
     plan_rows = _plan_records_for_metrics(run.records)
-    metrics = evaluation.compute_metrics(plan_rows, track if track is not None else NoTrack())
+    metrics = evaluation.compute_metrics(plan_rows, track if track is not None else NoTrack(), include_instants=True)
+    instants = metrics.pop("instants")  # per plan: the report page's ADE/FDE column
     metrics["invalid_answer_reasons"] = dict(
         Counter(_reason_kind(r["reason"]) for r in run.records if r["status"] == "planned" and not r["valid"])
     )
@@ -168,6 +170,12 @@ def finish(
         }
     )
     metrics_path = evaluation.write_metrics_json(metrics, out / "metrics.json")
+    report_path: Path | None = out / "report.html"
+    try:
+        write_report_page(out / "report.html", metrics, run.records, instants, track)
+    except Exception as exc:  # the page must never cost the metrics
+        report_path = None
+        notes.append(f"report.html skipped: {type(exc).__name__}: {exc}")
     summary = _summary_text(topic_map, metrics, plots, out)
     summary_path = out / "summary.txt"
     summary_path.write_text(summary, encoding="utf-8")
@@ -186,6 +194,7 @@ def finish(
         bag_path=out / BAG_DIR_NAME,
         predictions_path=out / "predictions.jsonl",
         metrics_path=metrics_path,
+        report_path=report_path,
         summary_path=summary_path,
         plots=plots,
         metrics=metrics,
@@ -266,7 +275,7 @@ def _summary_text(topic_map: TopicMap, metrics: Mapping[str, Any], plots: Sequen
     counts = ", ".join(f"{name} {count}" for name, count in info["output_messages"].items())
     lines += [
         f"output bag: {out / BAG_DIR_NAME}  ({counts}); play it: ros2 bag play {out / BAG_DIR_NAME}",
-        f"results:    {out / 'predictions.jsonl'}, {out / 'metrics.json'}",
+        f"results:    {out / 'predictions.jsonl'}, {out / 'metrics.json'}, {out / 'report.html'} (open in a browser)",
     ]
     if plots:
         lines.append("plots:      " + ", ".join(str(p) for p in plots))

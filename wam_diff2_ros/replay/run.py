@@ -18,6 +18,7 @@ class ReplayResult:
     bag_path: Path | None = None
     predictions_path: Path | None = None
     metrics_path: Path | None = None
+    report_path: Path | None = None  # report.html (None when it could not be written)
     summary_path: Path | None = None
     plots: list[Path] = field(default_factory=list)
     metrics: dict[str, Any] = field(default_factory=dict)
@@ -55,6 +56,7 @@ class Run:
     bag_error: str | None = None
     fatal: str | None = None
     interrupted: bool = False
+    view: Any = None  # a ReplayView with --serve (replay/serve.py)
 
     @property
     def num_blocked(self) -> int:

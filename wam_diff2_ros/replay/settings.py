@@ -44,6 +44,8 @@ class ReplayOptions:
     plots: bool = True
     overwrite: bool = False
     progress: bool | None = None  # None: a bar when stderr is a terminal, else periodic lines
+    serve_port: int | None = None  # --serve: the live Foxglove view on this port (0: any free port)
+    serve_speed: float = 1.0  # --serve-speed: bag seconds per wall second; 0 = as fast as it goes
 
 
 def parse_set(items: Sequence[str]) -> dict[str, Any]:

@@ -32,6 +32,7 @@ OUTPUT_NAMES = (
     "predictions.jsonl",
     "detections.jsonl",
     "metrics.json",
+    "report.html",
     "summary.txt",
     "plots",
 )

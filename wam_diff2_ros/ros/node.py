@@ -262,6 +262,7 @@ class WamDiff2Node(LifecycleNode):
                 "~/input/driving_command are disabled; Path, markers, debug image, answers and diagnostics work"
             )
         self._create_publishers(self._runtime)
+        self._start_view(config)
         self._health.set_lifecycle("inactive")
         logger.info(
             f"configured: model {self._engine.name} on {getattr(self._engine, 'device', '?')}, cameras "
@@ -278,6 +279,29 @@ class WamDiff2Node(LifecycleNode):
             name: self.create_publisher(msg_type, OUTPUT_TOPICS[name], qos.publisher_qos(name))
             for name, msg_type in output_types(runtime.msgs, runtime.vision_msgs, runtime.config.debug_image).items()
         }
+
+    def _start_view(self, config: NodeConfig) -> None:
+        """The live Foxglove view when ``viewer.port`` is set; one that cannot start is logged, never fatal."""
+        self._stop_view()
+        if config.viewer_port <= 0:
+            return
+        from wam_diff2_ros.viewer import LiveView, ViewerSettings, ViewerUnavailableError
+
+        view = LiveView(
+            ViewerSettings(config.viewer_port, config.viewer_host), config.debug_camera_pose, self.get_name()
+        )
+        try:
+            view.start()
+        except ViewerUnavailableError as exc:
+            self.get_logger().error(f"no live view: {exc}")
+            return
+        self._worker.view = view
+        self.get_logger().info(f"live view (Foxglove WebSocket, no authentication) on {view.url}")
+
+    def _stop_view(self) -> None:
+        view, self._worker.view = self._worker.view, None
+        if view is not None:
+            view.close()
 
     def _destroy_publishers(self) -> None:
         pubs, self._worker.publishers = self._worker.publishers, {}
@@ -400,6 +424,7 @@ class WamDiff2Node(LifecycleNode):
     def _release_all(self, join_timeout_s: float = WORKER_JOIN_TIMEOUT_S) -> None:
         stopped = self._stop_activity(join_timeout_s)
         self._destroy_publishers()
+        self._stop_view()
         if stopped:
             self._model.close()
         else:

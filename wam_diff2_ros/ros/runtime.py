@@ -44,6 +44,7 @@ from wam_diff2_ros.core.planning import (
 )
 from wam_diff2_ros.core.samples import InputError, InputProblem
 from wam_diff2_ros.core.units import NS_PER_MS
+from wam_diff2_ros.viewer.scene import PlanUpdate
 
 from . import conversions, outputs
 from .debug_image import draw_debug_image
@@ -91,6 +92,17 @@ class PlanCycle:
         if not withheld and result.valid and self.path is None:
             withheld = self.frame_problem
         return withheld
+
+    def view_update(self, now_ns: int) -> PlanUpdate:
+        """This instant for the live view (:mod:`wam_diff2_ros.viewer`): references only, no copies."""
+        return PlanUpdate(
+            now_ns=now_ns,
+            result=self.result,
+            problems=tuple(str(p) for p in self.problems),
+            stale=self.stale,
+            note=self.withheld or self.frame_problem,
+            end_to_end_ms=self.end_to_end_ms,
+        )
 
 
 @dataclass

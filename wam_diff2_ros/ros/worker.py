@@ -54,6 +54,7 @@ class Worker:
         self._allow = allow
         self._publish_diagnostics = publish_diagnostics
         self.publishers: dict[str, Any] = {}
+        self.view: Any = None  # a wam_diff2_ros.viewer.LiveView when viewer.port is set
         self._lock = threading.Lock()
         self._active = False
         self._epoch = 0
@@ -206,6 +207,9 @@ class Worker:
         if cycle.idle or not self._publishing(epoch):
             return
         now = self._clock()
+        view = self.view
+        if view is not None:  # a reference into a one-slot mailbox: never waits for a client
+            view.submit(cycle.view_update(now))
         if cycle.result is None:
             self._health.plan_blocked(cycle.problems, now)
             self._report_problems("plan", cycle.problems)

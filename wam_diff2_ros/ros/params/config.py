@@ -70,6 +70,8 @@ class NodeConfig:
     invalid_rate_window: int
     debug_image: bool
     debug_camera_pose: tuple[float, float, float, float, float, float] | None
+    viewer_port: int = 0
+    viewer_host: str = "127.0.0.1"
 
     @property
     def cadence(self) -> Cadence:

@@ -444,7 +444,13 @@ class _Reader:
             invalid_rate_window=self.integer("diagnostics.invalid_rate_window", 1),
             debug_image=self.boolean("debug.image"),
             debug_camera_pose=pose,
+            viewer_port=self.integer("viewer.port", 0),
+            viewer_host=self.text("viewer.host"),
         )
+        if config.viewer_port > 65535:
+            self.fail("viewer.port", f"must be <= 65535, got {config.viewer_port}")
+        if not config.viewer_host.strip():
+            self.fail("viewer.host", "must not be empty (127.0.0.1 serves this machine only)")
         unknown = sorted(set(self.values) - set(SPEC_BY_NAME) - {"use_sim_time", "start_type_description_service"})
         known_prefixes = tuple(s.name.split(".")[0] + "." for s in PARAMETER_SPECS if "." in s.name)
         for name in unknown:

@@ -217,6 +217,12 @@ PARAMETER_SPECS: tuple[ParameterSpec, ...] = (
         "front camera body pose in base_link [x, y, z, roll, pitch, yaw] "
         "(m, rad; REP 103) to draw the path into the image; [0.0] = bird's-eye inset only",
     ),
+    ParameterSpec("viewer.port", 0, "serve the live Foxglove view on this TCP port; 0 = off (needs foxglove-sdk)"),
+    ParameterSpec(
+        "viewer.host",
+        "127.0.0.1",
+        "address the live view binds to; it has no authentication: never an open network's address",
+    ),
 )
 
 SPEC_BY_NAME: dict[str, ParameterSpec] = {spec.name: spec for spec in PARAMETER_SPECS}

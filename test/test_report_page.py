@@ -1,0 +1,218 @@
+"""``report.html`` in a real browser: Debian's Chromium driven by Playwright (the system browser, headless). The
+sample drive's replay page (the node's runtime, the scripted engine): no console errors, no network request,
+one row per ``predictions.jsonl`` line, sorting by ADE, filtering, a click draws that frame; a screenshot is kept
+under the test's tmp path. A synthetic 5,000-plan page stays paginated and usable (its size and load time are
+printed). Skipped, with the reason, where Chromium or Playwright is missing (``pip install '.[report-test]'``,
+``apt-get install chromium``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from wam_diff2_ros.replay.report_page import write_report_page
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+]
+HORIZONS = [0.5 * (k + 1) for k in range(8)]
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    if CHROMIUM is None:
+        pytest.skip("no Chromium installed (apt-get install chromium); the report page is not browser-tested")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright missing (pip install '.[report-test]')")
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
+        yield browser
+        browser.close()
+
+
+class Page:
+    """A page of the report, with its console errors and any network request it tried."""
+
+    def __init__(self, browser: Any, path: Path) -> None:
+        self.errors: list[str] = []
+        self.requests: list[str] = []
+        self.page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        self.page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
+        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+        self.page.route("http*://**/*", lambda route: (self.requests.append(route.request.url), route.abort()))
+        started = time.perf_counter()
+        self.page.goto(path.resolve().as_uri())
+        self.page.wait_for_selector("body[data-ready=true]")
+        self.load_s = time.perf_counter() - started
+
+    def column(self, cls: str) -> list[str]:
+        return self.page.locator(f"#plan-table tbody td.{cls}").all_inner_texts()
+
+    def rows(self) -> int:
+        return self.page.locator("#plan-table tbody tr").count()
+
+
+def _is_sorted(values: list[str], descending: bool = False) -> bool:
+    filled = [float(v) for v in values if v]
+    empties_last = all(not v for v in values[len(filled) :])
+    return empties_last and filled == sorted(filled, reverse=descending)
+
+
+# --- the sample drive ----------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def sample_report(tmp_path_factory) -> Path:
+    pytest.importorskip("rclpy", reason="the replay needs rclpy (install the PyPI ROS 2 wheels)")
+    from node_helpers import ScriptedEngine
+
+    from wam_diff2_ros.replay import EXIT_OK, ReplayOptions, replay
+    from wam_diff2_ros.sim import make_sample_bag
+
+    root = tmp_path_factory.mktemp("report")
+    bag = make_sample_bag(root / "drive", seconds=6.0, width=320, height=180).path
+    options = ReplayOptions(bag=bag, out=root / "run", model=str(root), progress=False, plots=False)
+    result = replay(options, engine_factory=lambda config: ScriptedEngine(config), log=lambda text: None)
+    assert result.exit_code == EXIT_OK and result.report_path == root / "run" / "report.html"
+    return result.report_path
+
+
+def test_sample_drive_report_in_chromium(browser, sample_report, tmp_path) -> None:
+    records = [json.loads(line) for line in (sample_report.parent / "predictions.jsonl").read_text().splitlines()]
+    metrics = json.loads((sample_report.parent / "metrics.json").read_text())
+    page = Page(browser, sample_report)
+    assert page.rows() == len(records) >= 5
+    assert page.page.inner_text("#count") == f"({len(records)} of {len(records)})"
+    with_ground_truth = sum(1 for v in page.column("ade") if v)
+    assert with_ground_truth == metrics["count_1s"]  # every plan whose 1 s future is in the bag has an ADE
+
+    page.page.click("th[data-key=ade]")
+    ascending = page.column("ade")
+    assert _is_sorted(ascending) and ascending != page.column("ade")[::-1]
+    page.page.click("th[data-key=ade]")
+    assert _is_sorted(page.column("ade"), descending=True)
+    assert page.page.get_attribute("th[data-key=ade]", "aria-sort") == "descending"
+
+    worst = page.page.locator("#plan-table tbody tr").first  # the largest ADE
+    instant = int(worst.get_attribute("data-instant"))
+    worst.click()
+    assert page.page.get_attribute("#frame", "data-instant") == str(instant)
+    record = next(r for r in records if r["instant"] == instant)
+    assert f"at t = {record['t_s']:.2f} s" in page.page.inner_text("#frame-title")
+    colours = page.page.evaluate(
+        """() => { const c = document.getElementById('bev'), d = c.getContext('2d').getImageData(0, 0, c.width,
+        c.height).data; let green = 0, blue = 0; for (let i = 0; i < d.length; i += 4) {
+        if (d[i] === 0x2e && d[i + 1] === 0x7d && d[i + 2] === 0x32) green++;
+        if (d[i] === 0x15 && d[i + 1] === 0x65 && d[i + 2] === 0xc0) blue++; } return [green, blue]; }"""
+    )
+    assert colours[0] > 50 and colours[1] > 50  # the predicted (green) and the actual (blue) path are drawn
+
+    page.page.select_option("#status-filter", "valid")
+    assert page.rows() == sum(1 for r in records if r["valid"])
+    page.page.fill("#filter", "no such command")
+    assert page.rows() == 0
+    page.page.fill("#filter", "")
+    page.page.select_option("#status-filter", "")
+    page.page.screenshot(path=str(tmp_path / "report.png"), full_page=True)
+    assert (tmp_path / "report.png").read_bytes()[:4] == b"\x89PNG"
+    print(f"\nscreenshot: {tmp_path / 'report.png'}")
+    assert page.errors == [] and page.requests == []
+
+
+# --- 5,000 plans -----------------------------------------------------------------------------------------------
+
+
+class StraightTrack:
+    """The ego drives straight at 8 m/s: its future in the ego frame."""
+
+    def future_in_ego_frame(self, t_ns: int, horizons_s: Any = ()) -> np.ndarray:
+        return np.array([[8.0 * h, 0.0] for h in horizons_s])
+
+
+def synthetic(count: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
+    """``count`` planning instants (a tenth invalid, a few blocked) with their per-plan errors and metrics."""
+    rng = np.random.default_rng(0)
+    records, instants = [], []
+    for k in range(count):
+        stamp = 1_700_000_000 * 10**9 + k * 10**8
+        if k % 97 == 3:
+            reason = "odometry: no message for 0.6 s"
+            records.append({"instant": k, "t_s": k / 10, "status": "blocked", "stamp_ns": None, "valid": False,
+                            "reason": reason, "waypoints": None, "timing": {"wall_ms": 1.0}})  # fmt: skip
+            continue
+        valid = k % 10 != 7
+        waypoints = [[8.0 * h + rng.normal(0, 0.3), rng.normal(0, 0.2 * h)] for h in HORIZONS] if valid else None
+        records.append(
+            {
+                "instant": k, "t_s": k / 10, "status": "planned", "stamp_ns": stamp, "valid": valid,
+                "reason": "" if valid else "kinematics: lateral acceleration 9.1 m/s^2 > 6", "command": "straight",
+                "velocity": [8.0, 0.0], "waypoints": waypoints, "timing": {"total_ms": 400 + k % 50},
+                "raw_text": "4.0, 0.1, 8.0, 0.2", "confidence": 0.5 + 0.5 * math.sin(k),
+            }
+        )  # fmt: skip
+        if valid:
+            errors = [math.hypot(w[0] - 8.0 * h, w[1]) for w, h in zip(waypoints, HORIZONS, strict=True)]
+            instants.append({"stamp_ns": stamp, "ade_4s": float(np.mean(errors)), "fde_4s": errors[-1]})
+        else:
+            instants.append({"stamp_ns": stamp, "valid": False})
+    metrics = {
+        "run": {"model": "synthetic", "bag": "synthetic"},
+        "horizons_s": HORIZONS,
+        "ade_4s": float(np.mean([i["ade_4s"] for i in instants if "ade_4s" in i])),
+        "error_curve": [{"t": h, "mean_l2": 0.1 * h, "count": count} for h in HORIZONS],
+        "notes": [],
+    }
+    return records, instants, metrics
+
+
+@pytest.mark.core
+def test_report_page_is_self_contained(tmp_path) -> None:
+    records, instants, metrics = synthetic(300)
+    path = write_report_page(tmp_path / "report.html", metrics, records, instants, StraightTrack())
+    page = path.read_text()
+    for reference in ("src=", "href=", "http://", "https://", "@import", "url("):
+        assert reference not in page, reference  # nothing to fetch
+    start = page.index('id="report-data">') + len('id="report-data">')
+    data = json.loads(page[start : page.index("</script>", start)])
+    assert [r["instant"] for r in data["rows"]] == [r["instant"] for r in records]
+    row = data["rows"][0]
+    assert row["predicted"] == [[round(x, 2), round(y, 2)] for x, y in records[0]["waypoints"]]
+    assert row["actual"] == [[8.0 * h, 0.0] for h in HORIZONS] and row["ade"] == round(instants[0]["ade_4s"], 3)
+    assert next(r for r in data["rows"] if r["status"] == "blocked")["actual"] is None
+
+
+@pytest.mark.slow
+def test_five_thousand_plans_stay_usable(browser, tmp_path) -> None:
+    records, instants, metrics = synthetic(5000)
+    path = write_report_page(tmp_path / "report.html", metrics, records, instants, StraightTrack())
+    page = Page(browser, path)
+    print(f"\nreport.html with 5000 plans: {path.stat().st_size / 1e6:.2f} MB, loaded in {page.load_s:.2f} s")
+    assert page.page.inner_text("#count") == "(5000 of 5000)"
+    assert page.rows() == 100 and page.page.inner_text("#page") == "page 1 of 50"
+    page.page.click("th[data-key=ade]")
+    assert _is_sorted(page.column("ade"))
+    page.page.select_option("#page-size", "500")
+    for _ in range(9):
+        page.page.click("#next")
+    assert page.page.inner_text("#page") == "page 10 of 10"
+    assert page.rows() == 500 and all(not v for v in page.column("ade")[-50:])  # invalid / blocked sort last
+    page.page.locator("#plan-table tbody tr").first.click()
+    assert page.page.get_attribute("#frame", "data-instant") == page.page.locator(
+        "#plan-table tbody tr"
+    ).first.get_attribute("data-instant")
+    assert page.errors == [] and page.requests == []

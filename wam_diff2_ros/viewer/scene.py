@@ -1,0 +1,129 @@
+"""What the live view shows of one planning instant, as plain data (:class:`PlanUpdate` → :class:`ViewFrame`).
+
+ROS-free and Foxglove-free: :func:`view_frame` turns a plan (the core :class:`PlanResult` with the runtime's
+stale / withheld verdict) into the numbers every channel is drawn from: waypoints in base_link and in the
+odometry's frame, their colours (by confidence where the decoder gives one, else by status), the status
+(``valid``, ``rejected``, ``stale``, ``blocked``) and the JSON the info / diagnostics channels carry.
+:mod:`.live` encodes them in Foxglove's schemas.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from wam_diff2_ros.core.planning import PlanResult
+
+Rgba = tuple[float, float, float, float]
+
+#: Colours per status (valid: green, rejected by the gate or the parser: red, stale: orange, blocked: grey).
+STATUS_COLORS: dict[str, Rgba] = {
+    "valid": (0.12, 0.85, 0.3, 1.0),
+    "rejected": (0.95, 0.2, 0.2, 1.0),
+    "stale": (1.0, 0.6, 0.1, 1.0),
+    "blocked": (0.6, 0.6, 0.6, 1.0),
+}
+
+
+@dataclass(frozen=True)
+class PlanUpdate:
+    """One planning instant handed to the viewer (references only: built on the planning thread in µs).
+
+    ``result`` None: the instant was blocked (``problems`` say why). ``stale``: the age gate invalidated the
+    plan; ``note``: why an answered plan got no Path (the runtime's ``PlanCycle.withheld``).
+    """
+
+    now_ns: int
+    result: PlanResult | None = None
+    problems: tuple[str, ...] = ()
+    stale: bool = False
+    note: str = ""
+    end_to_end_ms: float = 0.0
+
+
+@dataclass(frozen=True)
+class ViewFrame:
+    """The drawable content of one :class:`PlanUpdate`."""
+
+    stamp_ns: int
+    status: str
+    reason: str
+    waypoints: tuple[tuple[float, float], ...]  # base_link, metres
+    colors: tuple[Rgba, ...]
+    confidence: tuple[float, ...]  # per waypoint; empty when the decoder gives none
+    fixed_frame: str  # the odometry's frame ("" without an ego pose)
+    ego_pose: tuple[float, float, float] | None  # x, y, yaw of base_link in fixed_frame
+    waypoints_fixed: tuple[tuple[float, float], ...]
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+def confidence_color(value: float) -> Rgba:
+    """Red (0) → yellow (0.5) → green (1); values outside [0, 1] are clamped, NaN is grey."""
+    if not math.isfinite(value):
+        return STATUS_COLORS["blocked"]
+    c = min(1.0, max(0.0, value))
+    return (min(1.0, 2.0 * (1.0 - c)), min(1.0, 2.0 * c), 0.1, 1.0)
+
+
+def _confidence(result: PlanResult) -> tuple[tuple[float, ...], float | None]:
+    """Per-waypoint and plan confidence where the result carries them (an empty tuple / None otherwise)."""
+    per_waypoint = getattr(result, "waypoint_confidence", None) or ()
+    values = tuple(float(v) for v in per_waypoint)
+    plan = getattr(result, "confidence", None)
+    return values, (float(plan) if isinstance(plan, (int, float)) and not isinstance(plan, bool) else None)
+
+
+def status_of(update: PlanUpdate) -> str:
+    """``blocked`` (no result), ``stale`` (the age gate), ``rejected`` (invalid answer) or ``valid``."""
+    result = update.result
+    if result is None:
+        return "blocked"
+    if update.stale:
+        return "stale"
+    return "valid" if result.valid else "rejected"
+
+
+def view_frame(update: PlanUpdate) -> ViewFrame:
+    """What to draw for ``update`` (see the module docstring)."""
+    result = update.result
+    status = status_of(update)
+    if result is None:
+        reason = "; ".join(update.problems) or "blocked"
+        info = {"status": status, "valid": False, "reason": reason, "problems": list(update.problems)}
+        return ViewFrame(update.now_ns, status, reason, (), (), (), "", None, (), info)
+    observation = result.observation
+    waypoints = tuple((float(w.x), float(w.y)) for w in result.waypoints)
+    confidence, plan_confidence = _confidence(result)
+    if len(confidence) != len(waypoints):
+        confidence = ()
+    by_status = (STATUS_COLORS[status],) * len(waypoints)
+    colors = tuple(confidence_color(c) for c in confidence) if confidence else by_status
+    pose = observation.ego_pose
+    fixed_frame, ego, fixed = "", None, ()
+    if pose is not None:
+        fixed_frame, ego = pose.frame_id, (float(pose.x), float(pose.y), float(pose.yaw))
+        fixed = tuple(pose.transform(x, y)[:2] for x, y in waypoints)
+    vx, vy = observation.velocity
+    timing = result.timing.milliseconds()
+    timing["end_to_end_ms"] = update.end_to_end_ms or timing.get("end_to_end_ms", 0.0)
+    reason = result.reason or update.note
+    info = {
+        "status": status,
+        "valid": status == "valid",
+        "reason": reason,
+        "command": observation.command.value,
+        "speed_mps": math.hypot(vx, vy),
+        "velocity": [float(vx), float(vy)],
+        "confidence": plan_confidence,
+        "waypoint_confidence": list(confidence),
+        "waypoints": [list(p) for p in waypoints],
+        "timing": timing,
+        "steps_per_block": list(result.steps_per_block),
+        "decode_steps": int(sum(result.steps_per_block)),
+        "finished": bool(result.finished),
+        "model": result.model,
+        "raw_text": result.raw_text,
+        "camera_frame": observation.front.frame_id or f"{observation.front.camera}_optical",
+    }
+    return ViewFrame(result.stamp_ns, status, reason, waypoints, colors, confidence, fixed_frame, ego, fixed, info)
