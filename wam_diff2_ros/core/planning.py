@@ -137,6 +137,7 @@ class PlanResult:
     model: str
     waypoint_confidence: tuple[float, ...] = ()  # per waypoint in [0, 1] (core/confidence.py); () if unknown
     confidence: float = 0.0  # the least confident waypoint; 0 if unknown
+    answer_confidence: float | None = None  # the least confident token of the whole answer (valid or not)
     # per waypoint the winning probabilities of its numbers' tokens (what the confidence is computed from)
     waypoint_token_probabilities: tuple[tuple[float, ...], ...] = field(default=(), repr=False)
     deadline_ms: float = 0.0  # the decoding deadline the plan was made under; 0 = none
@@ -282,6 +283,7 @@ class InferencePipeline:
             model=self.model_name,
             waypoint_confidence=waypoint_conf,
             confidence=plan_confidence(waypoint_conf),
+            answer_confidence=min(tokens) if (tokens := getattr(generation, "token_confidence", None)) else None,
             waypoint_token_probabilities=probabilities,
             deadline_ms=decode.deadline_ms,
             deadline_met=deadline_met,
