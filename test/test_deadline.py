@@ -9,7 +9,7 @@ import torch
 from core_helpers import noise_image, tiny_checkpoint
 
 from wam_diff2_ros.core.checkpoint import inspect_checkpoint, load_model, load_processor
-from wam_diff2_ros.core.deadline import DeadlineBudget, forced_transfers
+from wam_diff2_ros.core.deadline import DeadlineBudget, blocks_to_share, forced_transfers
 from wam_diff2_ros.core.decoding import DecodeConfig, DecodeConfigError, block_diffusion_decode
 from wam_diff2_ros.core.host_reads import count_host_reads
 from wam_diff2_ros.core.model import BlockDiffusionBackbone
@@ -176,3 +176,9 @@ def test_forced_transfers_take_the_most_confident_first():
     assert forced.tolist() == [[False, True, False, False, True], [False, False, True, False, False]]
     assert forced_transfers("sequential", masked, confidence, 2).tolist()[0] == [True, True, False, False, False]
     assert forced_transfers("low_confidence_dynamic", masked, confidence, 1).tolist() == masked.tolist()
+
+
+def test_the_time_is_shared_among_the_blocks_the_answer_is_expected_to_take():
+    assert [blocks_to_share(b, 4, None) for b in range(4)] == [4, 3, 2, 1]
+    assert [blocks_to_share(b, 4, 3) for b in range(4)] == [3, 2, 1, 1]  # a 4th block gets all that is left
+    assert blocks_to_share(0, 2, 9) == 2

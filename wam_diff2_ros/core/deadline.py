@@ -6,9 +6,11 @@ slice of the time left, after reserving one commit per block boundary still ahea
 
     slice = (deadline - now - commits_left * commit_cost) / blocks_left
 
-where `blocks_left` counts every block up to `max_new_tokens` (the decoder cannot know where EOS will fall;
-time a block leaves unused goes to the next block's slice). Before every step the decoder asks how many steps
-still fit in the block's slice at the current step cost: `floor((slice_end - now) / step_cost)`, at least 1.
+where `blocks_left` counts the blocks the answer is expected to take (the engine passes how many the previous
+answer took; without that, every block up to `max_new_tokens`: the decoder cannot know where EOS will fall).
+A block past the expected count gets all the time left; time a block leaves unused goes to the next slice.
+Before every step the decoder asks how many steps still fit in the block's slice at the current step cost:
+`floor((slice_end - now) / step_cost)`, at least 1.
 When that is fewer than the block still needs, the step commits at least `ceil(masked / steps_left)` of the
 masked positions (the most confident first; left to right for `sequential`) on top of what the remasking rule
 commits, so the block is full after at most `steps_left` steps; a step with `steps_left == 1` fills the block.
@@ -101,6 +103,13 @@ class DeadlineBudget:
             weight = STEP_COST_WEIGHT
             self.step_ns = cost if self.step_ns is None else weight * cost + (1 - weight) * self.step_ns
         return now
+
+
+def blocks_to_share(block: int, num_blocks: int, expected_blocks: int | None) -> int:
+    """How many blocks, from `block` on, the time left is shared among: up to `expected_blocks` (when known,
+    e.g. what the previous answer took) or every block up to `max_new_tokens`; at least this one."""
+    total = num_blocks if expected_blocks is None else min(num_blocks, expected_blocks)
+    return max(1, total - block)
 
 
 def forced_transfers(strategy: str, masked: torch.Tensor, confidence: torch.Tensor, steps_left: int) -> torch.Tensor:

@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from .deadline import Clock, DeadlineBudget, forced_transfers
+from .deadline import Clock, DeadlineBudget, blocks_to_share, forced_transfers
 from .model import BlockDiffusionBackbone
 from .timing import StageTiming
 from .tokens import EOS_TOKEN_ID, MASK_TOKEN_ID
@@ -307,6 +307,7 @@ def block_diffusion_decode(
     observe: Callable[[str], None] | None = None,
     started_ns: int | None = None,
     clock: Clock | None = None,
+    expected_blocks: int | None = None,
 ) -> DecodeOutput:
     """Decode a (padded) prompt batch with block diffusion; see the module docstring.
 
@@ -319,8 +320,10 @@ def block_diffusion_decode(
     block's bookkeeping after its steps), commit, done.
 
     With `config.deadline_ms` > 0 the steps are compressed to finish by `started_ns + deadline_ms` on `clock`
-    (ns; `time.monotonic_ns` by default; `started_ns` defaults to now): see core/deadline.py. Reading the clock
-    is host-side: no device read is added. Without a deadline the clock is not read.
+    (ns; `time.monotonic_ns` by default; `started_ns` defaults to now): see core/deadline.py. `expected_blocks`
+    (e.g. how many blocks the previous answer took) is how many blocks the time is shared among; default: every
+    block up to `max_new_tokens`. Reading the clock is host-side: no device read is added. Without a deadline
+    the clock is not read.
     """
     sync = synchronize or (lambda: None)
     mark = observe or (lambda phase: None)
@@ -382,7 +385,7 @@ def block_diffusion_decode(
         confidence = torch.zeros(tokens.shape, dtype=backbone.dtype, device=device)
         block_confidence = torch.ones(tokens.shape, dtype=torch.float32, device=device)
         if budget is not None:
-            budget.open_block(num_blocks - block)
+            budget.open_block(blocks_to_share(block, num_blocks, expected_blocks))
         steps_run = config.denoising_steps
         for step in range(config.denoising_steps):
             if cancel is not None and cancel():

@@ -75,6 +75,8 @@ class Engine:
         self.backbone = BlockDiffusionBackbone(model, synchronize=self._sync)
         self._lock = threading.Lock()
         self._cancel = threading.Event()
+        # per response budget (blocks), how many blocks the last answer took: a deadline is shared among as many
+        self._answer_blocks: dict[int, int] = {}
 
     @classmethod
     def load(
@@ -172,7 +174,9 @@ class Engine:
                     observe=observe,
                     started_ns=started_ns,
                     clock=clock,
+                    expected_blocks=self._answer_blocks.get(config.num_blocks),
                 )
+            self._answer_blocks[config.num_blocks] = len(output.steps_per_block)
             return self._collect(output, inputs, preprocess_s)
 
     def _collect(self, output: DecodeOutput, inputs: Any, preprocess_s: float) -> list[Generation]:
