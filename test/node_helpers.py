@@ -78,8 +78,15 @@ class ScriptedEngine:
         self.closed = False
         self._lock = threading.Lock()
 
-    def generate(self, prompt: str, images: Sequence[Any] = (), decode: Any = None, system: str | None = None) -> Any:
-        """Answer ``prompt`` (see the module docstring)."""
+    def generate(
+        self,
+        prompt: str,
+        images: Sequence[Any] = (),
+        decode: Any = None,
+        system: str | None = None,
+        started_ns: int | None = None,
+    ) -> Any:
+        """Answer ``prompt`` (see the module docstring); ``started_ns`` (a deadline's start) is ignored."""
         with self._lock:
             if self.closed:
                 raise RuntimeError("engine is closed")

@@ -277,3 +277,81 @@ def test_compressed_headers_are_checked_at_arrival(tmp_path) -> None:
     assert problem is not None and problem.input == "image_0 (front)" and "truncated JPEG" in problem.reason
     assert runtime.buffer.latest_stamp(0) is None  # never stored
     assert runtime.on_compressed_image(0, jpeg_msg(IMAGE, ns_to_stamp(T0)), T0) is None
+
+
+# --- confidence gate and the published confidence
+
+
+class ConfidentEngine(ScriptedEngine):
+    """The scripted engine whose answers come with one token per character, each won with probability 0.95,
+    except the characters of waypoint 3's y number (the 6th number): ``low``."""
+
+    def __init__(self, low: float) -> None:
+        super().__init__()
+        self.low = low
+
+    def generate(self, prompt, images=(), decode=None, system=None, started_ns=None):
+        generation = super().generate(prompt, images, decode, system)
+        text = generation.text
+        starts = [0] + [i + 2 for i, c in enumerate(text) if c == ","]  # numbers are separated by ", "
+        start = starts[5]
+        end = text.index(",", start)
+        generation.token_confidence = [self.low if start <= i < end else 0.95 for i in range(len(text))]
+        generation.token_spans = lambda: [(i, i + 1) for i in range(len(text))]
+        return generation
+
+
+def test_every_waypoint_carries_its_confidence(tmp_path) -> None:
+    clock = Clock(T0)
+    runtime = PlannerRuntime(make_config(tmp_path), ConfidentEngine(low=0.1), clock)
+    feed(runtime, T0)
+    cycle = runtime.plan(T0)
+    assert cycle.path is not None and not cycle.unsure
+    trajectory = cycle.trajectory
+    assert trajectory.valid and len(trajectory.waypoint_confidence) == 8
+    assert list(trajectory.waypoint_confidence) == pytest.approx([0.95, 0.95, 0.1, 0.95, 0.95, 0.95, 0.95, 0.95])
+    assert trajectory.confidence == pytest.approx(0.1)
+    assert trajectory.deadline_ms == 0.0 and trajectory.deadline_met and trajectory.early_tokens == 0
+    spheres = [m for m in cycle.markers.markers if m.type == m.SPHERE]
+    assert spheres[2].color.r > 0.8 and spheres[2].color.g < 0.5  # unsure: red
+    assert spheres[0].color.g > 0.8 and spheres[0].color.r < 0.5  # sure: green
+
+
+def test_a_plan_below_min_confidence_is_withheld_with_its_reason(tmp_path) -> None:
+    config = make_config(tmp_path, **{"planning.min_confidence": 0.5})
+    runtime = PlannerRuntime(config, ConfidentEngine(low=0.3), Clock(T0))
+    feed(runtime, T0)
+    cycle = runtime.plan(T0)
+    assert cycle.unsure and cycle.path is None and cycle.path_fixed is None
+    assert cycle.withheld == "low confidence: 0.300 below planning.min_confidence 0.5"
+    assert not cycle.trajectory.valid and cycle.trajectory.invalid_reason == cycle.withheld
+    assert cycle.trajectory.confidence == pytest.approx(0.3) and cycle.trajectory.points == []
+    assert all(m.action == m.DELETE for m in cycle.markers.markers)
+
+    sure = PlannerRuntime(config, ConfidentEngine(low=0.7), Clock(T0))
+    feed(sure, T0)
+    assert sure.plan(T0).path is not None
+
+
+def test_min_confidence_is_a_parameter_in_range(tmp_path) -> None:
+    from wam_diff2_ros.ros.params import ParameterError
+
+    with pytest.raises(ParameterError, match=r"planning\.min_confidence"):
+        make_config(tmp_path, **{"planning.min_confidence": 1.5})
+    with pytest.raises(ParameterError, match=r"decoding\.deadline_ms"):
+        make_config(tmp_path, **{"decoding.deadline_ms": -1.0})
+    assert make_config(tmp_path, **{"decoding.deadline_ms": 250.0}).decode.deadline_ms == 250.0
+
+
+def test_the_debug_image_colours_waypoints_by_confidence() -> None:
+    from wam_diff2_ros.ros.debug_image import draw_debug_image
+
+    rgb = np.zeros((240, 320, 3), np.uint8)
+    points = [(2.0 * (k + 1), 0.0) for k in range(8)]
+
+    def red_pixels(confidence: float) -> int:
+        picture = draw_debug_image(rgb, waypoints_xy=points, waypoint_confidence=[confidence] * 8)
+        r, g, b = (picture[..., i].astype(int) for i in range(3))
+        return int(((r > 200) & (g < 90) & (b < 90)).sum())
+
+    assert red_pixels(0.0) > 20 and red_pixels(1.0) == 0

@@ -43,6 +43,7 @@ class BenchSettings:
     denoising_steps: int | None = None
     remasking_strategy: str | None = None
     confidence_threshold: float | None = None
+    deadline_ms: float | None = None
     warmup: int = 2
     iterations: int = 10
     no_counters: bool = False
@@ -204,6 +205,7 @@ def workload(settings: BenchSettings) -> tuple[list, Any]:
         denoising_steps=settings.denoising_steps,
         remasking_strategy=settings.remasking_strategy,
         confidence_threshold=settings.confidence_threshold,
+        deadline_ms=settings.deadline_ms,
         cuda_graphs=False if settings.no_cuda_graphs else None,
     )
     return conversations, base

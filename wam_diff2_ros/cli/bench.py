@@ -61,6 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add(parser, "--denoising-steps", type=int, default=None)
     _add(parser, "--remasking-strategy", default=None)
     _add(parser, "--confidence-threshold", type=float, default=None)
+    _add(parser, "--deadline-ms", type=float, default=None, help="decoding deadline per call from its start; 0 = none")
     _add(parser, "--warmup", type=int, default=d.warmup)
     _add(parser, "--iterations", type=int, default=d.iterations)
     _add(parser, "--no-counters", action="store_true", help="skip the counted run (host reads, aten ops)")

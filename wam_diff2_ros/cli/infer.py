@@ -61,6 +61,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="decoding engine: exact (the reference's execution), fast (static cache, no host syncs inside a "
         "block), auto = fast where shown token-identical (CPU float32, CUDA float32/bfloat16), else exact",
     )
+    parser.add_argument(
+        "--deadline_ms",
+        type=float,
+        default=_DECODE.deadline_ms,
+        help="decoding deadline per batch from its start (ms): fewer denoising steps when needed; 0 = none",
+    )
     parser.add_argument("--no_cuda_graphs", action="store_true", help="fast engine on CUDA without CUDA graphs")
     parser.add_argument(
         "--torch_compile", action="store_true", help="fast engine: fused step kernels (not bit-identical to exact)"
@@ -105,6 +111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 engine=args.engine,
                 cuda_graphs=not args.no_cuda_graphs,
                 torch_compile=args.torch_compile,
+                deadline_ms=args.deadline_ms,
             )
         except DecodeConfigError as exc:
             raise UsageError(str(exc)) from None

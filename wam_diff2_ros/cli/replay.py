@@ -55,6 +55,18 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("bfloat16", "float16", "float32"),
         help="weight dtype (default: float32 on CPU, else model.dtype)",
     )
+    run.add_argument(
+        "--deadline-ms",
+        type=float,
+        metavar="MS",
+        help="decoding.deadline_ms for every plan (0 = none; default: from --params)",
+    )
+    run.add_argument(
+        "--deadline-sweep",
+        action="store_true",
+        help="replay unbounded, then with deadlines of 75/50/25/10 %% of the unbounded median plan time; "
+        "writes deadline_curve.md / .json / .png into --out",
+    )
     run.add_argument("--start", type=float, default=0.0, metavar="S", help="skip the first S seconds")
     run.add_argument("--duration", type=float, metavar="D", help="replay only D seconds")
     run.add_argument("--max-plans", type=int, metavar="N", help="stop after N planning instants")
@@ -98,7 +110,10 @@ def options_from_args(args: argparse.Namespace) -> ReplayOptions:
         out=args.out,
         model=args.model,
         params=args.params,
-        overrides=parse_set(args.set),
+        overrides={
+            **parse_set(args.set),
+            **({} if args.deadline_ms is None else {"decoding.deadline_ms": args.deadline_ms}),
+        },
         topics=TopicRequest(
             {spec.role: value for spec in INPUTS if (value := getattr(args, f"{spec.role}_topic")) is not None}
         ),
@@ -129,6 +144,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     previous = INTERRUPTS.install()
     try:
         options = options_from_args(args)
+        if args.deadline_sweep:
+            from wam_diff2_ros.replay.sweep import deadline_sweep
+
+            sweep = deadline_sweep(options)
+            print(sweep.summary, end="")
+            return sweep.exit_code
         result = replay(options)
     except ReplayUsageError as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)

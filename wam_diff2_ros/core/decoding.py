@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from .deadline import Clock, DeadlineBudget, blocks_to_share, forced_transfers
 from .model import BlockDiffusionBackbone
 from .timing import StageTiming
 from .tokens import EOS_TOKEN_ID, MASK_TOKEN_ID
@@ -63,11 +64,12 @@ class DecodeConfig:
     engine: str = "auto"  # exact | fast | auto (fast where shown token-identical: FAST_BY_DEFAULT)
     cuda_graphs: bool = True  # fast engine on CUDA: replay captured denoising steps
     torch_compile: bool = False  # fast engine: fused step kernels (core/fused_ops.py); not bit-identical to exact
+    deadline_ms: float = 0.0  # plan deadline from the plan's start (core/deadline.py); 0 = none
     mask_token_id: int = MASK_TOKEN_ID
     eos_token_id: int = EOS_TOKEN_ID
 
     def __post_init__(self) -> None:
-        for name in ("temperature", "top_p", "confidence_threshold"):
+        for name in ("temperature", "top_p", "confidence_threshold", "deadline_ms"):
             value = getattr(self, name)
             if value != value:  # NaN
                 raise DecodeConfigError(f"{name} is NaN")
@@ -88,6 +90,10 @@ class DecodeConfig:
             ),
             (self.seed is None or self.seed >= 0, f"seed must be >= 0, got {self.seed}"),
             (self.engine in ENGINES, f"engine must be one of {', '.join(ENGINES)}; got {self.engine!r}"),
+            (
+                0.0 <= self.deadline_ms < float("inf"),
+                f"deadline_ms must be >= 0 (0 = none), got {self.deadline_ms}",
+            ),
         ]
         for ok, message in checks:
             if not ok:
@@ -112,6 +118,10 @@ class DecodeOutput:
     steps_per_block: list[int]  # denoising forwards run per decoded block (shared by the batch)
     finished: list[bool]  # sample produced EOS within the budget
     timing: StageTiming = field(default_factory=StageTiming)  # no preprocessing: the engine adds it
+    # per sample, aligned with token_ids: the probability with which each committed token won
+    token_confidence: list[list[float]] = field(default_factory=list)
+    early_tokens: list[int] = field(default_factory=list)  # per sample: committed early for the deadline
+    deadline_met: bool = True  # decoding finished within config.deadline_ms of the plan's start (or no deadline)
 
 
 ARGMAX_WINDOW = 1024  # first_max_index: the row segments whose maxima locate each row's maximum
@@ -295,6 +305,9 @@ def block_diffusion_decode(
     synchronize: Callable[[], None] | None = None,
     cancel: Callable[[], bool] | None = None,
     observe: Callable[[str], None] | None = None,
+    started_ns: int | None = None,
+    clock: Clock | None = None,
+    expected_blocks: int | None = None,
 ) -> DecodeOutput:
     """Decode a (padded) prompt batch with block diffusion; see the module docstring.
 
@@ -305,6 +318,12 @@ def block_diffusion_decode(
     no device sync); when it returns True the decode stops with `DecodeCancelledError`. `observe` (for
     instruments such as the benchmark's counters) is told each phase as it starts: prefill, step, block (the
     block's bookkeeping after its steps), commit, done.
+
+    With `config.deadline_ms` > 0 the steps are compressed to finish by `started_ns + deadline_ms` on `clock`
+    (ns; `time.monotonic_ns` by default; `started_ns` defaults to now): see core/deadline.py. `expected_blocks`
+    (e.g. how many blocks the previous answer took) is how many blocks the time is shared among; default: every
+    block up to `max_new_tokens`. Reading the clock is host-side: no device read is added. Without a deadline
+    the clock is not read.
     """
     sync = synchronize or (lambda: None)
     mark = observe or (lambda phase: None)
@@ -328,6 +347,7 @@ def block_diffusion_decode(
     denoise_s = commit_s = 0.0
     sync()
     started = time.perf_counter()
+    budget = DeadlineBudget(config.deadline_ms, started_ns, clock) if config.deadline_ms > 0 else None
 
     full_mask = _block_causal_mask(prompt_len, num_blocks, block_size, batch, device)
     valid = attention_mask.to(device=device).bool()
@@ -346,6 +366,9 @@ def block_diffusion_decode(
     eos_block = torch.full((batch, block_size), eos_id, dtype=input_ids.dtype, device=device)
     schedule = transfer_schedule(block_size, config.denoising_steps)
     steps_per_block: list[int] = []
+    # the winning probability of every committed response token, and the tokens committed early (device)
+    response_confidence = torch.ones((batch, num_blocks * block_size), dtype=torch.float32, device=device)
+    early = torch.zeros(batch, dtype=torch.int64, device=device)
 
     for block in range(num_blocks):
         block_start = prompt_len + block * block_size
@@ -359,6 +382,10 @@ def block_diffusion_decode(
         step_mask = full_mask[:, :, block_start:block_end, :block_end]
 
         proposal = tokens
+        confidence = torch.zeros(tokens.shape, dtype=backbone.dtype, device=device)
+        block_confidence = torch.ones(tokens.shape, dtype=torch.float32, device=device)
+        if budget is not None:
+            budget.open_block(blocks_to_share(block, num_blocks, expected_blocks))
         steps_run = config.denoising_steps
         for step in range(config.denoising_steps):
             if cancel is not None and cancel():
@@ -370,18 +397,33 @@ def block_diffusion_decode(
             rows = runner.open_rows(masked)
             if rows is None:
                 steps_run = step
+                if budget is not None:
+                    budget.end_steps()
                 break
+            steps_left = budget.begin_step() if budget is not None else None
             proposal, confidence = runner.propose(tokens, positions, step_mask, block_start, rows, config, generator)
             transfer = select_transfers(
                 config.remasking_strategy, masked, confidence, schedule[step], config.confidence_threshold, finished
             )
+            if steps_left is not None and steps_left < block_size:  # compress: fill the block in steps_left steps
+                forced = forced_transfers(
+                    config.remasking_strategy, masked & ~finished[:, None], confidence, steps_left
+                )
+                early += (forced & ~transfer).sum(dim=1)
+                transfer |= forced
             tokens = torch.where(transfer, proposal, tokens)
+            block_confidence = torch.where(transfer, confidence.float(), block_confidence)
+        else:
+            if budget is not None:
+                budget.abandon_step()
         steps_per_block.append(steps_run)
         mark("block")
         leftover = (tokens == mask_id) & ~finished[:, None]
         tokens = torch.where(leftover, proposal, tokens)
+        block_confidence = torch.where(leftover, confidence.float(), block_confidence)
         tokens = torch.where(finished[:, None], eos_block, tokens)
         response[:, block * block_size : (block + 1) * block_size] = tokens
+        response_confidence[:, block * block_size : (block + 1) * block_size] = block_confidence
         finished |= (tokens == eos_id).any(dim=1)
         finished_rows = finished.tolist()  # the one read per block
         any_finished = any(finished_rows)
@@ -390,21 +432,35 @@ def block_diffusion_decode(
         if all(finished_rows) or block == num_blocks - 1:
             break  # (the reference also commits the last block; nothing reads that cache entry)
         commit_started = time.perf_counter()
+        if budget is not None:
+            budget.begin_commit()
         mark("commit")
         runner.commit(tokens, positions, step_mask, block_start)
         sync()
+        if budget is not None:
+            budget.end_commit()
         commit_s += time.perf_counter() - commit_started
 
     total_s = time.perf_counter() - started
     mark("done")
     rows_out = response.tolist()
-    cut = [row[: row.index(eos_id)] if eos_id in row else row for row in rows_out]
-    cut = [[tok for tok in row if tok != mask_id] for row in cut]
+    # one read for the confidences and the early counts (exact as float32: counts are at most a few thousand)
+    read = torch.cat([response_confidence, early[:, None].to(torch.float32)], dim=1).tolist()
+    token_ids: list[list[int]] = []
+    token_confidence: list[list[float]] = []
+    for row, values in zip(rows_out, read, strict=True):
+        end = row.index(eos_id) if eos_id in row else len(row)
+        kept = [i for i in range(end) if row[i] != mask_id]
+        token_ids.append([row[i] for i in kept])
+        token_confidence.append([values[i] for i in kept])
     return DecodeOutput(
         sequences=response,
-        token_ids=cut,
+        token_ids=token_ids,
         steps_per_block=steps_per_block,
         finished=finished.tolist(),
+        token_confidence=token_confidence,
+        early_tokens=[int(values[-1]) for values in read],
+        deadline_met=budget.met() if budget is not None else True,
         timing=StageTiming.from_seconds(
             vision=vision_s, prefill=prefill_s, denoise=denoise_s, commit=commit_s, total=total_s
         ),

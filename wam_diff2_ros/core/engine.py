@@ -28,6 +28,8 @@ from .checkpoint import (
     resolve_dtype,
     synchronizer,
 )
+from .confidence import token_char_spans
+from .deadline import DEFAULT_CLOCK, Clock
 from .decoding import DecodeConfig, DecodeOutput, block_diffusion_decode, describe_engine
 from .model import BlockDiffusionBackbone
 from .processor import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS, WamDiff2Processor
@@ -49,6 +51,14 @@ class Generation:
     num_prompt_tokens: int
     num_image_tokens: int
     prompt_text: str = field(repr=False, default="")
+    token_confidence: list[float] = field(default_factory=list)  # per token of token_ids: its winning probability
+    early_tokens: int = 0  # tokens committed early to meet the deadline
+    deadline_met: bool = True  # decoding ended within decode.deadline_ms of `started_ns` (or no deadline)
+    decode_raw: Callable[[list[int]], str] | None = field(default=None, repr=False, compare=False)
+
+    def token_spans(self) -> list[tuple[int, int]] | None:
+        """Per token of `token_ids` its characters in `text` (None: not mappable); computed on demand."""
+        return None if self.decode_raw is None else token_char_spans(self.decode_raw, self.token_ids)
 
 
 class Engine:
@@ -65,6 +75,8 @@ class Engine:
         self.backbone = BlockDiffusionBackbone(model, synchronize=self._sync)
         self._lock = threading.Lock()
         self._cancel = threading.Event()
+        # per response budget (blocks), how many blocks the last answer took: a deadline is shared among as many
+        self._answer_blocks: dict[int, int] = {}
 
     @classmethod
     def load(
@@ -109,11 +121,14 @@ class Engine:
         images: Sequence[Any] = (),
         decode: DecodeConfig | None = None,
         system: str | None = None,
+        started_ns: int | None = None,
     ) -> Generation:
-        """Answer one prompt whose `<image>` placeholders are filled, in order, by `images`."""
+        """Answer one prompt whose `<image>` placeholders are filled, in order, by `images`; a deadline
+        (`decode.deadline_ms`) counts from `started_ns` (`time.monotonic_ns`; default: now)."""
         from .prompts import build_messages
 
-        return self.generate_conversations([build_messages(prompt, list(images), system=system)], decode)[0]
+        conversation = build_messages(prompt, list(images), system=system)
+        return self.generate_conversations([conversation], decode, started_ns=started_ns)[0]
 
     def generate_conversations(
         self,
@@ -121,14 +136,21 @@ class Engine:
         decode: DecodeConfig | None = None,
         padding_side: str = "left",
         observe: Callable[[str], None] | None = None,
+        started_ns: int | None = None,
+        clock: Clock | None = None,
     ) -> list[Generation]:
         """Decode a batch of chats (message lists with text/image content items) together.
 
-        `observe` is passed to the decoder (told each decoding phase as it starts; for instruments).
+        `observe` is passed to the decoder (told each decoding phase as it starts; for instruments). A deadline
+        (`decode.deadline_ms`) counts from `started_ns` on `clock` (ns; `time.monotonic_ns`; default: now, before
+        preprocessing).
         """
         if not conversations:
             return []
         config = decode or DecodeConfig()
+        clock = clock or DEFAULT_CLOCK
+        if started_ns is None and config.deadline_ms > 0:
+            started_ns = clock()
         with self._lock:
             if self.model is None:
                 raise RuntimeError("engine is closed")
@@ -150,7 +172,11 @@ class Engine:
                     synchronize=self._sync,
                     cancel=self._cancel.is_set,
                     observe=observe,
+                    started_ns=started_ns,
+                    clock=clock,
+                    expected_blocks=self._answer_blocks.get(config.num_blocks),
                 )
+            self._answer_blocks[config.num_blocks] = len(output.steps_per_block)
             return self._collect(output, inputs, preprocess_s)
 
     def _collect(self, output: DecodeOutput, inputs: Any, preprocess_s: float) -> list[Generation]:
@@ -169,6 +195,10 @@ class Engine:
                     num_prompt_tokens=int(lengths[row]),
                     num_image_tokens=int(inputs.num_image_tokens[row]),
                     prompt_text=inputs.prompt_texts[row],
+                    token_confidence=list(output.token_confidence[row]),
+                    decode_raw=self.processor.decode_raw,
+                    early_tokens=int(output.early_tokens[row]),
+                    deadline_met=output.deadline_met,
                 )
             )
         return results

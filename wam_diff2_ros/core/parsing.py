@@ -80,6 +80,14 @@ class PlanParse:
     waypoints: tuple[Waypoint, ...]
     reason: str
     numbers: tuple[float, ...]
+    # per number read, its characters [start, end) in the text given to parse_waypoints
+    spans: tuple[tuple[int, int], ...] = ()
+
+    def waypoint_spans(self) -> tuple[tuple[tuple[int, int], tuple[int, int]], ...]:
+        """Per waypoint the character spans of its x and y numbers (empty when invalid)."""
+        if not self.valid:
+            return ()
+        return tuple((self.spans[2 * i], self.spans[2 * i + 1]) for i in range(len(self.waypoints)))
 
 
 _NUMBER_RE = re.compile(
@@ -105,8 +113,9 @@ class _Group:
     has_children: bool = False
 
 
-def _read_numbers(text: str, numbers: list[float]) -> None:
-    """Append the numbers of ``text`` to ``numbers``; raise _AnswerSyntaxError on anything else."""
+def _read_numbers(text: str, numbers: list[float], spans: list[tuple[int, int]]) -> None:
+    """Append the numbers of ``text`` to ``numbers`` (their character spans to ``spans``); raise
+    _AnswerSyntaxError on anything else."""
     stack: list[_Group] = []
     closed: list[_Group] = []
     position = 0
@@ -141,6 +150,7 @@ def _read_numbers(text: str, numbers: list[float]) -> None:
                     f"unexpected {text[end]!r} after number {match.group()!r} at {_snippet(text, end)}"
                 )
             numbers.append(float(match.group()))
+            spans.append((position, end))
             if stack:
                 stack[-1].direct_numbers += 1
             position = end
@@ -199,13 +209,17 @@ def parse_waypoints(
             raise ValueError(f"{name} must be a positive finite number, got {value!r}")
 
     numbers: list[float] = []
-    answer = _cut_at_end_token(str(text)).strip()
+    spans: list[tuple[int, int]] = []
+    before_end = _cut_at_end_token(str(text))
+    answer = before_end.strip()
     if not answer:
         return _invalid("empty answer", numbers)
     try:
-        _read_numbers(answer, numbers)
+        _read_numbers(answer, numbers, spans)
     except _AnswerSyntaxError as problem:
         return _invalid(str(problem), numbers)
+    lead = len(before_end) - len(before_end.lstrip())
+    spans = [(start + lead, end + lead) for start, end in spans]
 
     expected = 2 * num_waypoints
     if len(numbers) != expected:
@@ -239,7 +253,7 @@ def parse_waypoints(
             yaw = math.atan2(y - previous_y, x - previous_x)
         waypoints.append(Waypoint(t=dt * (index + 1), x=x, y=y, yaw=yaw))
         previous_x, previous_y = x, y
-    return PlanParse(valid=True, waypoints=tuple(waypoints), reason="", numbers=tuple(numbers))
+    return PlanParse(valid=True, waypoints=tuple(waypoints), reason="", numbers=tuple(numbers), spans=tuple(spans))
 
 
 # --------------------------------------------------------------------------------------------------

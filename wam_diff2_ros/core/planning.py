@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from .camera import CameraFrame, CameraIntrinsics
+from .confidence import plan_confidence, waypoint_confidence, waypoint_token_probabilities
 from .decoding import DecodeConfig
 from .observation import Observation
 from .parsing import (
@@ -51,9 +52,15 @@ class EngineLike(Protocol):
     name: str
 
     def generate(
-        self, prompt: str, images: Sequence[Any] = (), decode: DecodeConfig | None = None, system: str | None = None
+        self,
+        prompt: str,
+        images: Sequence[Any] = (),
+        decode: DecodeConfig | None = None,
+        system: str | None = None,
+        started_ns: int | None = None,
     ) -> Any:
-        """Decode one prompt; returns an object like :class:`wam_diff2_ros.core.engine.Generation`."""
+        """Decode one prompt (a deadline counts from ``started_ns``, ``time.monotonic_ns``); returns an object
+        like :class:`wam_diff2_ros.core.engine.Generation`."""
         ...
 
 
@@ -82,6 +89,7 @@ class PlanningConfig:
     waypoint_dt_s: float = 0.5
     max_abs_coord_m: float = 100.0
     max_step_m: float = 20.0
+    min_confidence: float = 0.0  # plans below this confidence are withheld by the node (0 = off)
     kinematics: KinematicLimits = DEFAULT_KINEMATIC_LIMITS
     detection_categories: tuple[str, ...] = DEFAULT_DETECTION_CATEGORIES
     detection_max_new_tokens: int = 512
@@ -95,6 +103,8 @@ class PlanningConfig:
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
                 raise ValueError(f"planning.{name} must be > 0, got {value}")
+        if not 0.0 <= self.min_confidence <= 1.0:
+            raise ValueError(f"planning.min_confidence must be in [0, 1], got {self.min_confidence}")
         build_detection_prompt(self.detection_categories)  # checks the categories
         for name in ("detection_max_new_tokens", "vqa_max_new_tokens"):
             if getattr(self, name) < 1:
@@ -125,6 +135,14 @@ class PlanResult:
     steps_per_block: tuple[int, ...]
     finished: bool
     model: str
+    waypoint_confidence: tuple[float, ...] = ()  # per waypoint in [0, 1] (core/confidence.py); () if unknown
+    confidence: float = 0.0  # the least confident waypoint; 0 if unknown
+    answer_confidence: float | None = None  # the least confident token of the whole answer (valid or not)
+    # per waypoint the winning probabilities of its numbers' tokens (what the confidence is computed from)
+    waypoint_token_probabilities: tuple[tuple[float, ...], ...] = field(default=(), repr=False)
+    deadline_ms: float = 0.0  # the decoding deadline the plan was made under; 0 = none
+    deadline_met: bool = True  # the plan was ready (decoded and parsed) within deadline_ms of its start
+    early_tokens: int = 0  # tokens committed early to meet the deadline
 
     @property
     def stamp_ns(self) -> int:
@@ -168,14 +186,35 @@ class AnswerResult:
 
 
 def _generate(
-    engine: EngineLike, prompt: str, images: list[Any], decode: DecodeConfig, system: str | None
+    engine: EngineLike,
+    prompt: str,
+    images: list[Any],
+    decode: DecodeConfig,
+    system: str | None,
+    started_ns: int | None = None,
 ) -> tuple[Any, float]:
     started = time.perf_counter()
     try:
-        generation = engine.generate(prompt, images, decode=decode, system=system)
+        if started_ns is None:
+            generation = engine.generate(prompt, images, decode=decode, system=system)
+        else:
+            generation = engine.generate(prompt, images, decode=decode, system=system, started_ns=started_ns)
     except ImageInputError as exc:
         raise PlanningInputError(f"image rejected by the processor: {exc}") from exc
     return generation, time.perf_counter() - started
+
+
+def _waypoint_token_probabilities(generation: Any, parsed: Any) -> tuple[tuple[float, ...], ...]:
+    """Per waypoint of a valid parse the winning probabilities of its numbers' tokens; () when the generation
+    has no per-token probabilities or its tokens cannot be mapped to characters."""
+    probabilities = getattr(generation, "token_confidence", None)
+    spans_of = getattr(generation, "token_spans", None)
+    if not parsed.valid or not probabilities or not callable(spans_of):
+        return ()
+    spans = spans_of()
+    if spans is None or len(spans) != len(probabilities):
+        return ()
+    return waypoint_token_probabilities(parsed.waypoint_spans(), spans, probabilities)
 
 
 class InferencePipeline:
@@ -204,9 +243,15 @@ class InferencePipeline:
             raise PlanningInputError(f"cannot build the planning prompt: {exc}") from exc
 
     def plan(self, observation: Observation) -> PlanResult:
-        """Ask for waypoints for ``observation`` and parse them (an unusable answer gives ``valid=False``)."""
+        """Ask for waypoints for ``observation`` and parse them (an unusable answer gives ``valid=False``).
+
+        With ``decode.deadline_ms`` the deadline counts from this call (``time.monotonic_ns``) to the parsed
+        plan; the result says whether it was met and carries the per-waypoint confidence.
+        """
+        decode = self.config.decode
+        started_ns = time.monotonic_ns() if decode.deadline_ms > 0 else None
         prompt = self.planning_prompt(observation)
-        generation, wall_s = _generate(self.engine, prompt, observation.images, self.config.decode, self.config.system)
+        generation, wall_s = _generate(self.engine, prompt, observation.images, decode, self.config.system, started_ns)
         text = str(generation.text)
         parsed = parse_waypoints(
             text,
@@ -220,6 +265,11 @@ class InferencePipeline:
         reason = parsed.reason
         if not parsed.valid and not getattr(generation, "finished", True):
             reason += f" (no end token within {self.config.decode.max_new_tokens} new tokens)"
+        probabilities = _waypoint_token_probabilities(generation, parsed)
+        waypoint_conf = waypoint_confidence(probabilities) if probabilities else ()
+        deadline_met = bool(getattr(generation, "deadline_met", True))
+        if started_ns is not None:
+            deadline_met = deadline_met and time.monotonic_ns() - started_ns <= decode.deadline_ms * 1e6
         return PlanResult(
             observation=observation,
             prompt=prompt,
@@ -231,6 +281,13 @@ class InferencePipeline:
             steps_per_block=tuple(int(s) for s in getattr(generation, "steps_per_block", ())),
             finished=bool(getattr(generation, "finished", True)),
             model=self.model_name,
+            waypoint_confidence=waypoint_conf,
+            confidence=plan_confidence(waypoint_conf),
+            answer_confidence=min(tokens) if (tokens := getattr(generation, "token_confidence", None)) else None,
+            waypoint_token_probabilities=probabilities,
+            deadline_ms=decode.deadline_ms,
+            deadline_met=deadline_met,
+            early_tokens=int(getattr(generation, "early_tokens", 0)),
         )
 
     def detect(self, frame: CameraFrame, categories: Sequence[str] | None = None) -> DetectionResult:

@@ -415,4 +415,8 @@ class WamDiff2Processor:
 
     def decode(self, token_ids: Sequence[int]) -> str:
         """Text of response tokens, special tokens removed, surrounding whitespace stripped."""
-        return self.tokenizer.decode(list(token_ids), skip_special_tokens=True).strip()
+        return self.decode_raw(token_ids).strip()
+
+    def decode_raw(self, token_ids: Sequence[int]) -> str:
+        """Response tokens → text without special tokens, surrounding whitespace kept (`decode` strips it)."""
+        return self.tokenizer.decode(list(token_ids), skip_special_tokens=True)

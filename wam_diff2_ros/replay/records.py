@@ -59,6 +59,13 @@ def plan_record(index: int, t_ns: int, bag_start_ns: int, cycle: Any, wall_ms: f
         ),
         steps_per_block=list(result.steps_per_block),
         finished=bool(result.finished),
+        confidence=float(result.confidence),
+        answer_confidence=result.answer_confidence,
+        waypoint_confidence=[float(c) for c in result.waypoint_confidence],
+        waypoint_token_probabilities=[[float(p) for p in tokens] for tokens in result.waypoint_token_probabilities],
+        deadline_ms=float(result.deadline_ms),
+        deadline_met=bool(result.deadline_met),
+        early_tokens=int(result.early_tokens),
         model=result.model,
         timing=_timing_dict(result.timing, wall_ms),
     )

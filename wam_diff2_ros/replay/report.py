@@ -12,6 +12,7 @@ from typing import Any
 
 from wam_diff2_ros.core.planning import describe_decoding
 from wam_diff2_ros.core.units import NS_PER_S
+from wam_diff2_ros.replay.confidence import confidence_analysis, decoding_summary
 from wam_diff2_ros.replay.errors import EXIT_BAG_DAMAGED, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NO_PLANS, EXIT_OK
 from wam_diff2_ros.replay.outputs import Outputs
 from wam_diff2_ros.replay.report_page import write_report_page
@@ -72,6 +73,10 @@ def finish(
     plan_rows = _plan_records_for_metrics(run.records)
     metrics = evaluation.compute_metrics(plan_rows, track if track is not None else NoTrack(), include_instants=True)
     instants = metrics.pop("instants")  # per plan: the report page's ADE/FDE column
+    planned = [r for r in run.records if r["status"] == "planned"]
+    metrics["decoding"] = decoding_summary(planned)
+    if track is not None and planned:
+        metrics["confidence"] = confidence_analysis(planned, track)
     metrics["invalid_answer_reasons"] = dict(
         Counter(_reason_kind(r["reason"]) for r in run.records if r["status"] == "planned" and not r["valid"])
     )

@@ -20,7 +20,7 @@ from PIL import Image, ImageDraw, ImageFont
 from wam_diff2_ros.core.camera import CameraIntrinsics
 from wam_diff2_ros.core.parsing import Detection
 
-from .outputs import label_color
+from .outputs import confidence_color, label_color
 
 CameraPose = tuple[float, float, float, float, float, float]
 
@@ -87,8 +87,20 @@ def project_path(
     return [p for p in pieces if len(p) >= 2]
 
 
+def _waypoint_colors(count: int, confidence: Sequence[float] | None) -> list[tuple[int, int, int]]:
+    """Per waypoint its dot colour: by confidence when there is one per waypoint, else the plain colour."""
+    if confidence is None or len(confidence) != count:
+        return [_WAYPOINT_COLOR] * count
+    return [tuple(int(c * 255) for c in confidence_color(value)) for value in confidence]  # type: ignore[misc]
+
+
 def _draw_inset(
-    draw: ImageDraw.ImageDraw, width: int, height: int, waypoints_xy: Sequence[tuple[float, float]], range_m: float
+    draw: ImageDraw.ImageDraw,
+    width: int,
+    height: int,
+    waypoints_xy: Sequence[tuple[float, float]],
+    range_m: float,
+    confidence: Sequence[float] | None = None,
 ) -> None:
     size = max(60, min(width, height) // 3)
     left, top = width - size - 8, height - size - 8
@@ -110,8 +122,8 @@ def _draw_inset(
         pixels = [to_pixel(0.0, 0.0)] + [to_pixel(x, y) for x, y in waypoints_xy]
         pixels = [(min(max(u, left), left + size), min(max(v, top), top + size)) for u, v in pixels]
         draw.line(pixels, fill=_PATH_COLOR, width=2)
-        for u, v in pixels[1:]:
-            draw.ellipse([u - 2, v - 2, u + 2, v + 2], fill=_WAYPOINT_COLOR)
+        for (u, v), color in zip(pixels[1:], _waypoint_colors(len(waypoints_xy), confidence), strict=True):
+            draw.ellipse([u - 3, v - 3, u + 3, v + 3], fill=color)
 
 
 def draw_debug_image(
@@ -123,9 +135,11 @@ def draw_debug_image(
     intrinsics: CameraIntrinsics | None = None,
     inset_range_m: float = 40.0,
     caption: str = "",
+    waypoint_confidence: Sequence[float] | None = None,
 ) -> np.ndarray:
     """A copy of ``rgb`` with boxes + labels, the path (inset, and projected when ``camera_pose`` and
-    ``intrinsics`` are given), ``plan_problem`` in red and a caption line."""
+    ``intrinsics`` are given) with its waypoints coloured by ``waypoint_confidence`` (red 0 → green 1),
+    ``plan_problem`` in red and a caption line."""
     picture = Image.fromarray(np.ascontiguousarray(rgb, dtype=np.uint8))
     draw = ImageDraw.Draw(picture)
     width, height = picture.size
@@ -143,9 +157,18 @@ def draw_debug_image(
         draw.text((detection.x_min + 2, text_top), text, fill=color, font=font)
     if waypoints_xy:
         if camera_pose is not None and intrinsics is not None:
-            for piece in project_path(waypoints_xy, camera_pose, intrinsics.scaled_to(width, height)):
+            scaled = intrinsics.scaled_to(width, height)
+            for piece in project_path(waypoints_xy, camera_pose, scaled):
                 draw.line(piece, fill=_PATH_COLOR, width=line_width + 2)
-        _draw_inset(draw, width, height, waypoints_xy, inset_range_m)
+            radius = line_width + 3
+            colors = _waypoint_colors(len(waypoints_xy), waypoint_confidence)
+            for (x, y), color in zip(waypoints_xy, colors, strict=True):
+                optical = base_to_optical(np.array([[x, y, 0.0]]), camera_pose)[0]
+                pixel = scaled.project(*optical) if optical[2] >= 0.5 else None
+                if pixel is not None:
+                    u, v = pixel
+                    draw.ellipse([u - radius, v - radius, u + radius, v + radius], fill=color)
+        _draw_inset(draw, width, height, waypoints_xy, inset_range_m, waypoint_confidence)
     elif plan_problem:
         _draw_inset(draw, width, height, (), inset_range_m)
     y = 4

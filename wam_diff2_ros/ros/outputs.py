@@ -162,8 +162,25 @@ def plan_trajectory(result: PlanResult, frame_id: str, msgs: Any, pose: EgoPose 
     trajectory.ego_acceleration.x, trajectory.ego_acceleration.y = (float(a) for a in observation.acceleration)
     trajectory.timing = timing_msg(result.timing, msgs)
     trajectory.denoising_steps_per_block = [min(max(int(s), 0), 65535) for s in result.steps_per_block]
+    if len(result.waypoint_confidence) == len(trajectory.points):
+        trajectory.waypoint_confidence = [_unit(c) for c in result.waypoint_confidence]
+    trajectory.confidence = _unit(result.confidence)
+    trajectory.deadline_ms = float(result.deadline_ms)
+    trajectory.deadline_met = bool(result.deadline_met)
+    trajectory.early_tokens = min(max(int(result.early_tokens), 0), 65535)
     trajectory.model = result.model
     return trajectory
+
+
+def _unit(value: float) -> float:
+    """A confidence clipped to [0, 1] (0 for NaN)."""
+    value = float(value)
+    return min(max(value, 0.0), 1.0) if math.isfinite(value) else 0.0
+
+
+def confidence_color(confidence: float) -> tuple[float, float, float]:
+    """Red (0) through yellow (0.5) to green (1): a waypoint's colour by its confidence."""
+    return colorsys.hsv_to_rgb(_unit(confidence) / 3.0, 0.9, 1.0)
 
 
 def _color(r: float, g: float, b: float, a: float = 1.0) -> ColorRGBA:
@@ -197,7 +214,8 @@ def plan_markers(
     result: PlanResult, frame_id: str, lifetime_s: float, num_waypoints: int, pose: EgoPose | None = None
 ) -> MarkerArray:
     """Path line strip (from the ego) + waypoint spheres for a valid plan, in ``frame_id`` or, with ``pose``,
-    in its frame; DELETE markers for the same ids otherwise."""
+    in its frame; DELETE markers for the same ids otherwise. Spheres are coloured by the waypoint's confidence
+    (:func:`confidence_color`) when the plan has one."""
     markers = MarkerArray()
     stamp = result.stamp_ns
     frame_id, waypoints, z = _placed(result, frame_id, pose)
@@ -220,7 +238,10 @@ def plan_markers(
         sphere.pose.position.x, sphere.pose.position.y = float(waypoint.x), float(waypoint.y)
         sphere.pose.position.z = float(z)
         sphere.scale.x = sphere.scale.y = sphere.scale.z = 0.5
-        sphere.color = _color(1.0, 0.85, 0.1, 1.0)
+        if len(result.waypoint_confidence) == len(waypoints):
+            sphere.color = _color(*confidence_color(result.waypoint_confidence[index]), 1.0)
+        else:
+            sphere.color = _color(1.0, 0.85, 0.1, 1.0)
         markers.markers.append(sphere)
     for index in range(len(result.waypoints), num_waypoints):
         markers.markers.append(_delete(WAYPOINTS_NS, index, frame_id, stamp))

@@ -20,6 +20,10 @@ Frames: ``path`` / ``trajectory`` / ``markers`` are in ``planning.frame_id``: ba
 the odometry's frame (then transformed by the ego pose at the image stamp, never relabelled); ``path_fixed``
 / ``trajectory_fixed`` are always in the odometry's frame (``header.frame_id`` of ``nav_msgs/Odometry``).
 
+Confidence gate: a valid plan whose confidence (its least confident waypoint, ``core/confidence.py``) is
+below ``planning.min_confidence`` (> 0) becomes invalid likewise ("low confidence: ...", ``PlanCycle.unsure``);
+a plan without a confidence (0) is withheld too when the gate is on.
+
 Age gate: when a plan is ready and ``clock() − image stamp`` exceeds ``planning.max_plan_age_s``, the
 result becomes invalid ("stale plan: ... s old ...", ``PlanCycle.stale``): no Path, trajectories with
 ``valid=false``. A replay's clock is the bag time of the instant, which stands still while the model
@@ -66,6 +70,7 @@ class PlanCycle:
     path_fixed: Any = None  # nav_msgs/Path in the odometry's frame (valid, fresh plan with an ego pose)
     trajectory_fixed: Any = None  # PlannedTrajectory in the odometry's frame
     stale: bool = False  # the age gate made the plan invalid
+    unsure: bool = False  # the confidence gate (planning.min_confidence) made the plan invalid
     frame_problem: str = ""  # why the plan could not be put into planning.frame_id / the fixed frame
 
     def outputs(self) -> list[tuple[str, Any]]:
@@ -83,12 +88,12 @@ class PlanCycle:
 
     @property
     def withheld(self) -> str:
-        """Why the model's plan got no Path although it was answered ("" otherwise): the age gate, or a valid
-        plan that ``planning.frame_id`` cannot serve."""
+        """Why the model's plan got no Path although it was answered ("" otherwise): the age gate, the
+        confidence gate, or a valid plan that ``planning.frame_id`` cannot serve."""
         result = self.result
         if result is None:
             return ""
-        withheld = result.reason if self.stale else ""
+        withheld = result.reason if self.stale or self.unsure else ""
         if not withheld and result.valid and self.path is None:
             withheld = self.frame_problem
         return withheld
@@ -266,6 +271,11 @@ class PlannerRuntime:
             cycle.stale = True
             reason = f"stale plan: {age_s:.2f} s old when ready (planning.max_plan_age_s {limit_s:g} s)"
             result = replace(result, valid=False, waypoints=(), reason=reason)
+        minimum = self.config.planning.min_confidence
+        if result.valid and minimum > 0 and result.confidence < minimum:
+            cycle.unsure = True
+            reason = f"low confidence: {result.confidence:.3f} below planning.min_confidence {minimum:g}"
+            result = replace(result, valid=False, waypoints=(), reason=reason)
         cycle.result = result
         self.latest_plan = result
         self._plan_messages(cycle, result)
@@ -363,6 +373,10 @@ class PlannerRuntime:
                 f" | {obs.command.value} v=({obs.velocity[0]:.2f},{obs.velocity[1]:.2f})"
                 f" a=({obs.acceleration[0]:.2f},{obs.acceleration[1]:.2f}) | {plan.timing.total_ms:.0f} ms"
             )
+            if plan.waypoint_confidence:
+                caption += f" | conf {plan.confidence:.2f}"
+            if plan.deadline_ms > 0:
+                caption += " | on time" if plan.deadline_met else f" | late (deadline {plan.deadline_ms:g} ms)"
         pose = self.config.debug_camera_pose if frame.index == 0 else None
         rgb = draw_debug_image(
             frame.image,
@@ -372,6 +386,7 @@ class PlannerRuntime:
             camera_pose=pose,
             intrinsics=frame.intrinsics,
             caption=caption,
+            waypoint_confidence=plan.waypoint_confidence if waypoints is not None and plan is not None else None,
         )
         return conversions.rgb_to_image_msg(rgb, frame.stamp_ns, frame.frame_id)
 

@@ -222,6 +222,7 @@ class _Reader:
                 engine=self.text("decoding.engine", ENGINES),
                 cuda_graphs=self.boolean("decoding.cuda_graphs"),
                 torch_compile=self.boolean("decoding.torch_compile"),
+                deadline_ms=self.number("decoding.deadline_ms", minimum=0.0),
                 seed=None if seed < 0 else seed,
             )
         except DecodeConfigError as exc:
@@ -383,6 +384,7 @@ class _Reader:
                 waypoint_dt_s=self.number("planning.waypoint_dt_s", positive=True),
                 max_abs_coord_m=self.number("planning.max_abs_coord_m", positive=True),
                 max_step_m=self.number("planning.max_step_m", positive=True),
+                min_confidence=self.number("planning.min_confidence", minimum=0.0, maximum=1.0),
                 kinematics=kinematics,
                 detection_categories=categories,
                 detection_max_new_tokens=self.integer("detection.max_new_tokens", 1),

@@ -125,6 +125,11 @@ PARAMETER_SPECS: tuple[ParameterSpec, ...] = (
         "decoding.torch_compile", _DECODE.torch_compile, "fast engine: fused step kernels (not bit-identical to exact)"
     ),
     ParameterSpec(
+        "decoding.deadline_ms",
+        _DECODE.deadline_ms,
+        "plan deadline (ms) from the plan's start: fewer denoising steps when needed; 0 = none",
+    ),
+    ParameterSpec(
         "prompt.template", _PLANNING.template, f"planning template: {'|'.join(PLANNING_TEMPLATES)} or custom text"
     ),
     ParameterSpec("prompt.system", "", "system turn text; empty = no system turn (as trained)"),
@@ -147,6 +152,11 @@ PARAMETER_SPECS: tuple[ParameterSpec, ...] = (
         "planning.max_plan_age_s",
         2.0,
         "a plan older than this (node clock − image stamp) when ready is not published (valid=false, stale)",
+    ),
+    ParameterSpec(
+        "planning.min_confidence",
+        _PLANNING.min_confidence,
+        "a plan whose confidence (its least sure waypoint, in [0, 1]) is below this is not published; 0 = off",
     ),
     ParameterSpec("planning.num_waypoints", _PLANNING.num_waypoints, "waypoints the model answers with"),
     ParameterSpec("planning.waypoint_dt_s", _PLANNING.waypoint_dt_s, "time between waypoints (pose i at (i+1)·dt)"),

@@ -1,0 +1,76 @@
+"""Per-waypoint confidence from the decoder's per-token probabilities.
+
+The decoder keeps, for every committed response token, the probability with which it won (the greedy
+proposal's softmax probability, or the sampled token's probability). `token_char_spans` maps the tokens to
+characters of the decoded text; the parser gives each waypoint's x and y numbers as character spans
+(`PlanParse.spans`), so every waypoint gets the probabilities of the tokens that wrote its two numbers
+(`waypoint_token_probabilities`). A waypoint's confidence is an aggregate of those (`AGGREGATES`):
+
+- ``min``: the least sure token. A waypoint is wrong as soon as one of its digits is, and the least sure
+  token bounds how sure the decoder was of the whole pair, independently of how many tokens the pair took.
+- ``geomean``: exp of the mean log-probability (length-normalised joint probability).
+- ``product``: the joint probability of all the tokens (penalises long numbers).
+
+`WAYPOINT_AGGREGATE` is the one published (`docs/confidence.md` compares them on the demo model). The plan's
+confidence is the minimum over its waypoints: a plan is as trustworthy as its least trustworthy point.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+AGGREGATES: dict[str, Callable[[Sequence[float]], float]] = {
+    "min": lambda values: min(values),
+    "geomean": lambda values: math.exp(sum(math.log(max(v, 1e-12)) for v in values) / len(values)),
+    "product": lambda values: math.prod(values),
+}
+WAYPOINT_AGGREGATE = "min"
+
+
+def token_char_spans(decode: Callable[[list[int]], str], token_ids: Sequence[int]) -> list[tuple[int, int]] | None:
+    """Per token its characters [start, end) in ``decode(token_ids).strip()`` (the engine's text), from the
+    lengths of the decoded prefixes; None when a prefix does not decode to a prefix of the whole text (a token
+    boundary inside a multi-byte character, a clean-up rule), so no confidence is made up."""
+    ids = list(token_ids)
+    full = decode(ids)
+    lead = len(full) - len(full.lstrip())
+    text_end = len(full.rstrip())
+    spans: list[tuple[int, int]] = []
+    previous = 0
+    for count in range(1, len(ids) + 1):
+        prefix = decode(ids[:count])
+        if not full.startswith(prefix):
+            return None
+        end = len(prefix)
+        spans.append((min(max(previous - lead, 0), text_end - lead), min(max(end - lead, 0), text_end - lead)))
+        previous = end
+    return spans
+
+
+def waypoint_token_probabilities(
+    number_spans: Sequence[tuple[tuple[int, int], tuple[int, int]]],
+    token_spans: Sequence[tuple[int, int]],
+    token_probabilities: Sequence[float],
+) -> tuple[tuple[float, ...], ...]:
+    """Per waypoint the probabilities of the tokens overlapping its x or y number (each token once)."""
+    result = []
+    for pair in number_spans:
+        chosen = [
+            probability
+            for (start, end), probability in zip(token_spans, token_probabilities, strict=True)
+            if any(start < number_end and number_start < end for number_start, number_end in pair)
+        ]
+        result.append(tuple(chosen))
+    return tuple(result)
+
+
+def waypoint_confidence(token_probabilities: Sequence[Sequence[float]], aggregate: str = WAYPOINT_AGGREGATE):
+    """Per waypoint the aggregate (`AGGREGATES`) of its tokens' probabilities; 0 for a waypoint without one."""
+    combine = AGGREGATES[aggregate]
+    return tuple(float(combine(values)) if values else 0.0 for values in token_probabilities)
+
+
+def plan_confidence(waypoint_confidences: Sequence[float]) -> float:
+    """The plan's confidence: its least confident waypoint (0 when there is none)."""
+    return float(min(waypoint_confidences)) if waypoint_confidences else 0.0
