@@ -6,13 +6,13 @@
 #
 # Steps (a failing step is reported and the next one still runs; the exit status is 1 if any failed):
 #   1. wam-diff2-bench on the full WAM-Diff2 2B architecture (random weights), bfloat16, one 1920x1080 image
-#      (1980 visual tokens), default decoding: exact vs fast (CUDA graphs) vs fast-compiled (the fast engine
+#      (1980 visual tokens), default decoding: exact vs fast (CUDA graphs) vs fused (the fast engine
 #      with its fused step kernels, torch_compile) in one run
 #   2. scripts/engine_agreement.py: demo model, bfloat16, 24 varied plans: identical sequences / total and the
 #      waypoint distances of differing plans, for each fast variant and for the exact engine in float32
 #   3. test/test_fast_decoding_cuda.py: fast == exact tokens in float32 on CUDA, with and without CUDA graphs
 #   4. scripts/profile_gpu_step.py: the captured step's replay time and kernels by kind, and one plan's wall
-#      and GPU time per phase (preprocess is in 'plan', vision inside prefill), fast and fast-compiled
+#      and GPU time per phase (preprocess is in 'plan', vision inside prefill), fast and fused
 #   5. scripts/probe_gpu_kernels.py: a step's matrix products by shape (as the model has them, merged and
 #      whether merging keeps the bits, scores), its attention by kernel (masked SDPA, grouped_attention, flash
 #      varlen with seqused_k) and the vision patch embedding (Conv3d against one linear product, same bits?)
@@ -62,8 +62,8 @@ fi
 'transformers', transformers.__version__, 'cuda', torch.version.cuda)"
 
 # the figures first: if time runs out, the later checks are what is lost
-step "exact vs fast vs fast-compiled" 240 \
-  "$PYTHON" -m wam_diff2_ros.cli.bench "${bench[@]}" --engine exact --engine fast --engine fast-compiled \
+step "exact vs fast vs fused" 240 \
+  "$PYTHON" -m wam_diff2_ros.cli.bench "${bench[@]}" --engine exact --engine fast --engine fused \
   --json "$OUT/bench_gpu.json"
 step "demo model agreement, $agreement_dtype" 90 \
   "$PYTHON" scripts/engine_agreement.py --model demo --device "$device" --dtype "$agreement_dtype" \
@@ -71,7 +71,7 @@ step "demo model agreement, $agreement_dtype" 90 \
 step "fast == exact on CUDA, float32 (skipped without CUDA)" 120 \
   "$PYTHON" -m pytest -q -p no:cacheprovider -x test/test_fast_decoding_cuda.py
 step "step graph and plan phase profile" 120 \
-  "$PYTHON" scripts/profile_gpu_step.py "${bench[@]}" --max-new-tokens 32 --engine fast --engine fast-compiled \
+  "$PYTHON" scripts/profile_gpu_step.py "${bench[@]}" --max-new-tokens 32 --engine fast --engine fused \
   --json "$OUT/profile.json"  # one block: the same step graph (capacity bucket), a plan trace 4x smaller
 step "matrix products, attention and patch embedding by variant" 90 \
   "$PYTHON" scripts/probe_gpu_kernels.py "${probe[@]}" --json "$OUT/kernels.json"

@@ -8,10 +8,10 @@ Decodes the benchmark's workload once per engine variant (CUDA graphs on), then
 - profiles one more plan with a profiler range per decoder phase (prefill, vision inside it, step, block,
   commit): per phase the host wall time, the GPU time of the kernels that start in it, their count and kinds
   (`plan_phases`). GPU time well under the wall time marks a phase bound by the host (launches, syncs).
-Takes `wam-diff2-bench`'s flags (only `fast` and `fast-compiled` have graphs; the plan profile runs anywhere):
+Takes `wam-diff2-bench`'s flags (only `fast` and `fused` have graphs; the plan profile runs anywhere):
 
     python scripts/profile_gpu_step.py --random-2b --device cuda --dtype bfloat16 --width 1920 --height 1080 \
-        --engine fast --engine fast-compiled --json profile.json
+        --engine fast --engine fused --json profile.json
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ import torch
 
 from wam_diff2_ros.bench.runs import engine_config, load_engine, workload
 from wam_diff2_ros.cli.bench import build_parser, settings_from
-from wam_diff2_ros.core.decoding import sample_tokens, select_transfers
+from wam_diff2_ros.core.decoding import select_transfers
+from wam_diff2_ros.core.sampling import sample_tokens
 
 KINDS = (  # first match wins; lower-case substrings of kernel names
     ("attention", ("fmha", "flash", "attention", "efficient")),
@@ -234,8 +235,9 @@ def main() -> int:
             engine.generate_conversations(conversations, config)
         results["plan_phases"][name] = phases = profile_plan(engine, conversations, config)
         print_plan(name, phases)
-        store = getattr(engine.backbone, "_cuda_graph_steps", None)
-        entries = [e for k, e in (store.graphs.items() if store else []) if k[3] == config.torch_compile]
+        fast_runner = engine.runners.select(config.engine, config.cuda_graphs, config.torch_compile)
+        store = getattr(fast_runner, "graphs", None)
+        entries = list(store.graphs.values()) if store else []
         if not entries:
             print(f"{name}: no captured step graph (not CUDA, or the capture failed)")
             continue

@@ -47,19 +47,19 @@ def test_gpu_bench_script_runs_its_tiny_cpu_mode(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     assert "tokens identical: True" in done.stdout
     figures = json.loads((tmp_path / "bench_gpu.json").read_text())
-    assert set(figures["engines"]) == {"exact", "fast", "fast-compiled"} and figures["tokens_identical"]
-    assert isinstance(figures["compiled_tokens_identical"], bool) and figures["compiled_speedup"] > 0
-    assert figures["engines"]["fast-compiled"]["ops_per_step"] is None  # fused kernels are no aten ops
-    assert "fast-compiled: tokens identical" in done.stdout
+    assert set(figures["engines"]) == {"exact", "fast", "fused"} and figures["tokens_identical"]
+    assert isinstance(figures["fused_tokens_identical"], bool) and figures["fused_speedup"] > 0
+    assert figures["engines"]["fused"]["ops_per_step"] is None  # fused kernels are no aten ops
+    assert "fused: tokens identical" in done.stdout
     agreement = json.loads((tmp_path / "agreement.json").read_text())
-    assert set(agreement["variants"]) == {"fast (no graphs)", "fast-compiled", "exact (float32)"}
+    assert set(agreement["variants"]) == {"fast (no graphs)", "fused", "exact (float32)"}
     profile = json.loads((tmp_path / "profile.json").read_text())
     assert profile["step_graphs"] == {}  # no CUDA graphs to profile on CPU
     for phases in profile["plan_phases"].values():  # one plan per engine, by decoder phase
         assert {"plan", "prefill", "vision", "step", "commit"} <= set(phases)
         assert phases["plan"]["wall_ms"] > phases["prefill"]["wall_ms"] > phases["vision"]["wall_ms"] > 0
         assert phases["step"]["count"] >= 2 and phases["vision"]["count"] == 1
-    assert set(profile["plan_phases"]) == {"fast", "fast-compiled"} and "one plan by phase" in done.stdout
+    assert set(profile["plan_phases"]) == {"fast", "fused"} and "one plan by phase" in done.stdout
     products = json.loads((tmp_path / "kernels.json").read_text())["products"]
     assert {"q, k, v (3 products) x4 layers", "q/k/v merged x4 layers", "output layer"} <= set(products)
     assert "attention: masked SDPA after repeat_kv x4" in products

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from wam_diff2_ros.bench import BenchSettings, print_figures, run
-from wam_diff2_ros.bench.runs import COMPILED, ENGINE_CHOICES
+from wam_diff2_ros.bench.runs import ENGINE_CHOICES, FUSED, FUSED_ALIAS
 
 _DEFAULTS = BenchSettings()
 
@@ -52,8 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         choices=ENGINE_CHOICES,
         default=None,
-        help=f"decoding engine; repeat to compare engines on the same inputs (default: auto); {COMPILED}: the "
-        "fast engine with fused step kernels (torch_compile; not bit-identical)",
+        help=f"decoding engine; repeat to compare engines on the same inputs (default: auto); {FUSED}: the "
+        f"fast engine with fused step kernels (not bit-identical; {FUSED_ALIAS}: its deprecated name)",
     )
     _add(parser, "--no-cuda-graphs", action="store_true", help="fast engine on CUDA without graphs")
     _add(parser, "--max-new-tokens", type=int, default=None)

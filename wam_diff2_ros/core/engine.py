@@ -28,7 +28,8 @@ from .checkpoint import (
     resolve_dtype,
     synchronizer,
 )
-from .decoding import DecodeConfig, DecodeOutput, block_diffusion_decode, describe_engine
+from .decoding import DecodeConfig, DecodeOutput, block_diffusion_decode
+from .engines import Runners, describe_engine
 from .model import BlockDiffusionBackbone
 from .processor import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS, WamDiff2Processor
 from .timing import StageTiming
@@ -63,6 +64,7 @@ class Engine:
         self.device = device
         self._sync = synchronizer(device)
         self.backbone = BlockDiffusionBackbone(model, synchronize=self._sync)
+        self.runners = Runners(self.backbone)  # the fast engine's kernels and graphs, kept across calls
         self._lock = threading.Lock()
         self._cancel = threading.Event()
 
@@ -101,7 +103,8 @@ class Engine:
 
     def describe_decoding(self, decode: DecodeConfig | None = None) -> str:
         """Which decoding engine `decode` runs on this engine's device and dtype, and why (for logs)."""
-        return describe_engine((decode or DecodeConfig()).engine, self.device, self.dtype)
+        config = decode or DecodeConfig()
+        return describe_engine(config.engine, self.device, self.dtype, config.torch_compile)
 
     def generate(
         self,
@@ -150,6 +153,7 @@ class Engine:
                     synchronize=self._sync,
                     cancel=self._cancel.is_set,
                     observe=observe,
+                    runners=self.runners,
                 )
             return self._collect(output, inputs, preprocess_s)
 
@@ -182,5 +186,6 @@ class Engine:
         with self._lock:
             self.model = None
             self.backbone = None  # type: ignore[assignment]
+            self.runners = None  # type: ignore[assignment]
             gc.collect()
             release_device_cache(self.device)
