@@ -8,12 +8,12 @@
 #   1. wam-diff2-bench on the full WAM-Diff2 2B architecture (random weights), bfloat16, one 1920x1080 image
 #      (1980 visual tokens), default decoding: exact vs fast (CUDA graphs) vs fused (the fast engine
 #      with its fused step kernels, torch_compile) in one run
-#   2. scripts/engine_agreement.py: demo model, bfloat16, 24 varied plans: identical sequences / total and the
-#      waypoint distances of differing plans, for each fast variant and for the exact engine in float32
+#   2. wam-diff2-bench agreement: demo and tiny models, bfloat16, 48 varied prompts: exact, fast and fused
+#      against the exact engine in float32 (identical sequences, plan distances, valid rates, the verdicts)
 #   3. test/test_fast_decoding_cuda.py: fast == exact tokens in float32 on CUDA, with and without CUDA graphs
-#   4. scripts/profile_gpu_step.py: the captured step's replay time and kernels by kind, and one plan's wall
+#   4. wam-diff2-bench profile-gpu-step: the captured step's replay time and kernels by kind, and one plan's wall
 #      and GPU time per phase (preprocess is in 'plan', vision inside prefill), fast and fused
-#   5. scripts/probe_gpu_kernels.py: a step's matrix products by shape (as the model has them, merged and
+#   5. wam-diff2-bench probe-gpu-kernels: a step's matrix products by shape (as the model has them, merged and
 #      whether merging keeps the bits, scores), its attention by kernel (masked SDPA, grouped_attention, flash
 #      varlen with seqused_k) and the vision patch embedding (Conv3d against one linear product, same bits?)
 #
@@ -42,7 +42,7 @@ step() {  # step NAME SECONDS COMMAND...: run (at most SECONDS), time and report
 }
 
 if [ "${BENCH_GPU_TINY:-0}" = 1 ]; then
-  device=cpu agreement_dtype=float32 prompts=2 probe=(--tiny --device cpu)
+  device=cpu agreement_dtype=float32 prompts=2 probe=(--tiny --device cpu) agreement_sizes=(--size 128x72)
   bench=(--model-id tiny --device cpu --dtype float32 --width 64 --height 64 --max-new-tokens 20 --block-size 8)
   bench+=(--warmup 0 --iterations 1)
 else
@@ -55,7 +55,7 @@ else
     "$PYTHON" -m pip install --quiet ${CUDA_TORCH_SPEC:-torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128}
   fi
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
-  device=cuda agreement_dtype=bfloat16 prompts=24 probe=(--device cuda)
+  device=cuda agreement_dtype=bfloat16 prompts=48 probe=(--device cuda) agreement_sizes=()
   bench=(--random-2b --device cuda --dtype bfloat16 --width 1920 --height 1080 --warmup 3 --iterations "$ITERATIONS")
 fi
 "$PYTHON" -c "import sys, torch, transformers; print('python', sys.version.split()[0], 'torch', torch.__version__,
@@ -65,16 +65,21 @@ fi
 step "exact vs fast vs fused" 240 \
   "$PYTHON" -m wam_diff2_ros.cli.bench "${bench[@]}" --engine exact --engine fast --engine fused \
   --json "$OUT/bench_gpu.json"
-step "demo model agreement, $agreement_dtype" 90 \
-  "$PYTHON" scripts/engine_agreement.py --model demo --device "$device" --dtype "$agreement_dtype" \
-  --prompts "$prompts" --compiled --yardstick-dtype float32 --json "$OUT/agreement.json"
+step "agreement yardstick (demo + tiny), $agreement_dtype vs exact float32" 300 \
+  "$PYTHON" -m wam_diff2_ros.cli.bench agreement --model demo --model tiny --device "$device" \
+  --dtype "$agreement_dtype" --prompts "$prompts" "${agreement_sizes[@]}" --candidate fast --candidate fused \
+  --json "$OUT/agreement.json"
 step "fast == exact on CUDA, float32 (skipped without CUDA)" 120 \
   "$PYTHON" -m pytest -q -p no:cacheprovider -x test/test_fast_decoding_cuda.py
 step "step graph and plan phase profile" 120 \
-  "$PYTHON" scripts/profile_gpu_step.py "${bench[@]}" --max-new-tokens 32 --engine fast --engine fused \
+  "$PYTHON" -m wam_diff2_ros.cli.bench profile-gpu-step "${bench[@]}" --max-new-tokens 32 --engine fast --engine fused \
   --json "$OUT/profile.json"  # one block: the same step graph (capacity bucket), a plan trace 4x smaller
 step "matrix products, attention and patch embedding by variant" 90 \
-  "$PYTHON" scripts/probe_gpu_kernels.py "${probe[@]}" --json "$OUT/kernels.json"
+  "$PYTHON" -m wam_diff2_ros.cli.bench probe-gpu-kernels "${probe[@]}" --json "$OUT/kernels.json"
+
+# exact / fast / fused side by side: ms per step, kernels per replay, weight bandwidth of the products,
+# attention per layer, tokens identical, the yardstick's verdict (from the JSON files above; '-' where absent)
+step "engine rows" 60 "$PYTHON" -m wam_diff2_ros.cli.bench rows "$OUT"
 
 if [ ${#failed[@]} -gt 0 ]; then
   echo "bench_gpu.sh: failed steps: ${failed[*]}"

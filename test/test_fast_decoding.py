@@ -15,6 +15,7 @@ import pytest
 import torch
 from core_helpers import can_build_row_kernel, noise_image, tiny_checkpoint
 
+from wam_diff2_ros.bench.host_reads import count_host_reads
 from wam_diff2_ros.core import cpu_kernels
 from wam_diff2_ros.core.checkpoint import inspect_checkpoint, load_model, load_processor
 from wam_diff2_ros.core.decoding import (
@@ -31,10 +32,11 @@ from wam_diff2_ros.core.fast_decoding import (
     StaticKVCache,
     capacity_bucket,
 )
-from wam_diff2_ros.core.host_reads import count_host_reads
 from wam_diff2_ros.core.model import BlockDiffusionBackbone
 from wam_diff2_ros.core.prompts import build_messages
 from wam_diff2_ros.core.runner import ALL_ROWS, AllRows, ExactRunner
+
+pytestmark = pytest.mark.core
 
 STRATEGIES = ("low_confidence_dynamic", "low_confidence_static", "sequential")
 

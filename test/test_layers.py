@@ -31,7 +31,7 @@ ALLOWED: dict[str, set[str]] = {
     "sim": {"core", "bag", "sim"},
     "replay": {"core", "demo", "ros", "bag", "replay"},
     "demo.train": {"core", "demo", "sim", "demo.train"},
-    "bench": {"core", "demo", "bench"},
+    "bench": {"core", "demo", "ros", "bench"},  # ros: the image-conversion benchmark only
     "infer": {"core", "demo", "infer"},
     "interfaces": {"interfaces"},
     "cli": {"core", "demo", "ros", "bag", "sim", "replay", "demo.train", "bench", "infer", "interfaces", "cli"},

@@ -120,3 +120,63 @@ def test_split_kv_attention_matches_masked_attention(dtype):
     # tolerance: float32 products and softmax in another order; bfloat16: probabilities rounded before P @ V
     tolerance = 1e-5 if dtype == torch.float32 else 2e-2
     assert torch.allclose(got.float(), want, rtol=tolerance, atol=tolerance)
+
+
+@pytest.fixture(scope="module")
+def tiny_backbone():
+    from core_helpers import tiny_checkpoint
+
+    from wam_diff2_ros.core.checkpoint import inspect_checkpoint, load_model, load_processor
+    from wam_diff2_ros.core.model import BlockDiffusionBackbone
+
+    info = inspect_checkpoint(tiny_checkpoint(seed=1))
+    model = load_model(info, torch.device("cpu"), torch.float32)
+    return BlockDiffusionBackbone(model), load_processor(info)
+
+
+@pytest.mark.skipif(DEVICE.type == "cuda", reason="the engines' CUDA wiring is test_fast_decoding_cuda.py's")
+def test_engines_route_their_steps_through_the_kernels(tiny_backbone, monkeypatch):
+    """Wiring, on CPU under the interpreter: the fast engine with `triton_kernels` runs the tier-1 kernels (its
+    tokens: the exact engine's on this model), the fused engine the split-KV attention and fused argmax."""
+    from core_helpers import noise_image
+
+    from wam_diff2_ros.core.decoding import DecodeConfig, block_diffusion_decode
+    from wam_diff2_ros.core.prompts import build_messages
+
+    backbone, processor = tiny_backbone
+    monkeypatch.setattr(triton_kernels, "ENGINES_ON_INTERPRETER", True)
+    monkeypatch.setattr(fused_ops.torch, "compile", lambda function, **_: function)  # chains eager: quick
+    calls: dict[str, int] = {}
+    for name in ("rms_norm", "rotary", "silu_gate", "split_kv_attention", "argmax_probability"):
+        kernel = getattr(triton_kernels, name)
+
+        def counted(*args, _kernel=kernel, _name=name, **kwargs):
+            calls[_name] = calls.get(_name, 0) + 1
+            return _kernel(*args, **kwargs)
+
+        monkeypatch.setattr(triton_kernels, name, counted)
+    monkeypatch.setattr(triton_kernels, "EXACT", triton_kernels.StepKernels(
+        "triton-exact", rms_norm=triton_kernels.rms_norm, rotary=triton_kernels.rotary,
+        silu_gate=triton_kernels.silu_gate,
+    ))  # fmt: skip
+    monkeypatch.setattr(triton_kernels, "FUSED", triton_kernels.StepKernels(
+        "triton-fused", attention=triton_kernels.split_kv_attention
+    ))  # fmt: skip
+    chat = [build_messages("Front view: <image>\nThe navigation information is: left", [noise_image(64, 64)])]
+    inputs = processor(chat, padding_side="left")
+    config = DecodeConfig(max_new_tokens=8, block_size=8, denoising_steps=4)
+
+    def decode(**overrides):
+        return block_diffusion_decode(
+            backbone, inputs.input_ids, inputs.attention_mask, inputs.pixel_values, inputs.image_grid_thw,
+            config.with_overrides(**overrides),
+        )  # fmt: skip
+
+    exact = decode(engine="exact")
+    tier1 = decode(engine="fast", triton_kernels=True)
+    assert {"rms_norm", "rotary", "silu_gate"} <= set(calls) and "split_kv_attention" not in calls
+    assert tier1.sequences.tolist() == exact.sequences.tolist()
+    calls.clear()
+    fused = decode(engine="fused")
+    assert calls.get("split_kv_attention", 0) > 0 and "rms_norm" not in calls
+    assert fused.sequences.shape == exact.sequences.shape

@@ -107,7 +107,7 @@ def counted_run(engine: Any, conversations: list, decode: Any) -> dict[str, floa
     """One decode with device->host reads and aten ops counted per phase (not timed)."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    from wam_diff2_ros.core.host_reads import count_host_reads
+    from wam_diff2_ros.bench.host_reads import count_host_reads
 
     ops: dict[str, int] = {}
     phase = ["other"]

@@ -246,8 +246,13 @@ class FastRunner:
 
 
 def triton_kernels_available(device: torch.device) -> bool:
-    """Whether the Triton kernels can run for `device`: CUDA with Triton, or any device under its interpreter."""
-    return triton_kernels.available() and (device.type == "cuda" or triton_kernels.interpreted())
+    """Whether the engines use the Triton kernels on `device`: CUDA with Triton (not interpreted); on the CPU
+    only under the interpreter when `triton_kernels.ENGINES_ON_INTERPRETER` is set (tests of the wiring)."""
+    if not triton_kernels.available():
+        return False
+    if triton_kernels.interpreted():
+        return triton_kernels.ENGINES_ON_INTERPRETER
+    return device.type == "cuda"
 
 
 class CudaGraphSteps:

@@ -1,7 +1,7 @@
 """The fused engine's step kernels (`engine: fused`; `DecodeConfig.torch_compile`): fewer, larger GPU kernels.
 
 With CUDA graphs a 2B denoising step is bound by its ~1,800 small kernels, not by its matrix products (H200,
-2026-12-04, scripts/profile_gpu_step.py): every RMSNorm is eight element-wise kernels in eager PyTorch, the rotary
+2026-12-04, wam-diff2-bench profile-gpu-step): every RMSNorm is eight element-wise kernels in eager PyTorch, the rotary
 embedding ten, the SiLU gate two, and the attention copies the shared key/value heads once per query head
 (`repeat_kv`) before a masked SDPA kernel that runs one thread block per head. Here `torch.compile` turns each
 chain into one kernel, and the attention becomes `grouped_attention`: matrix products in which each key/value
@@ -13,7 +13,7 @@ into the step's CUDA graph like the rest.
 Not bit-identical: a fused kernel may sum the RMSNorm's squares in another order, keep intermediate values in
 float32 and normalise the attention weights before rounding them, so the logits can differ in the last bits
 and a token can differ from the exact engine's. The
-option is off by default; the agreement with the exact engine is measured (scripts/engine_agreement.py,
+option is off by default; the agreement with the exact engine is measured (`wam-diff2-bench agreement`,
 README). The norms and MLPs are routed per module instance; the rotary function and the `sdpa` attention
 entry are module-level in transformers, so while any `FusedStepOps` is installed they are replaced by routes
 that serve the fused versions only to the context (thread) that installed them and the stock ones to every

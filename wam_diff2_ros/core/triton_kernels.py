@@ -30,6 +30,7 @@ ELEMENTS_PER_PROGRAM = 1024  # element-wise kernels: elements per program
 VOCAB_CHUNK = 4096  # argmax_probability: vocabulary columns per program
 KEY_TILE = 16  # split_kv_attention: keys per inner tile (tl.dot needs >= 16)
 KEY_SPLITS = 8  # split_kv_attention: key ranges per (batch, key/value head), run as separate programs
+ENGINES_ON_INTERPRETER = False  # tests set it: the engines then run these kernels on the CPU interpreter
 
 
 @functools.cache
