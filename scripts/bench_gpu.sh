@@ -42,7 +42,8 @@ step() {  # step NAME SECONDS COMMAND...: run (at most SECONDS), time and report
 }
 
 if [ "${BENCH_GPU_TINY:-0}" = 1 ]; then
-  device=cpu agreement_dtype=float32 prompts=2 probe=(--tiny --device cpu) agreement_sizes=(--size 128x72)
+  device=cpu agreement_dtype=float32 prompts=2 probe=(--tiny --device cpu)
+  agreement=(--model tiny --size 128x72)  # the demo model's CPU run is test/test_agreement.py's (slow)
   bench=(--model-id tiny --device cpu --dtype float32 --width 64 --height 64 --max-new-tokens 20 --block-size 8)
   bench+=(--warmup 0 --iterations 1)
 else
@@ -55,7 +56,8 @@ else
     "$PYTHON" -m pip install --quiet ${CUDA_TORCH_SPEC:-torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128}
   fi
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
-  device=cuda agreement_dtype=bfloat16 prompts=48 probe=(--device cuda) agreement_sizes=()
+  device=cuda agreement_dtype=bfloat16 prompts=48 probe=(--device cuda)
+  agreement=(--model demo --model tiny)
   bench=(--random-2b --device cuda --dtype bfloat16 --width 1920 --height 1080 --warmup 3 --iterations "$ITERATIONS")
 fi
 "$PYTHON" -c "import sys, torch, transformers; print('python', sys.version.split()[0], 'torch', torch.__version__,
@@ -65,9 +67,9 @@ fi
 step "exact vs fast vs fused" 240 \
   "$PYTHON" -m wam_diff2_ros.cli.bench "${bench[@]}" --engine exact --engine fast --engine fused \
   --json "$OUT/bench_gpu.json"
-step "agreement yardstick (demo + tiny), $agreement_dtype vs exact float32" 300 \
-  "$PYTHON" -m wam_diff2_ros.cli.bench agreement --model demo --model tiny --device "$device" \
-  --dtype "$agreement_dtype" --prompts "$prompts" "${agreement_sizes[@]}" --candidate fast --candidate fused \
+step "agreement yardstick, $agreement_dtype vs exact float32" 300 \
+  "$PYTHON" -m wam_diff2_ros.cli.bench agreement "${agreement[@]}" --device "$device" \
+  --dtype "$agreement_dtype" --prompts "$prompts" --candidate fast --candidate fused \
   --json "$OUT/agreement.json"
 step "fast == exact on CUDA, float32 (skipped without CUDA)" 120 \
   "$PYTHON" -m pytest -q -p no:cacheprovider -x test/test_fast_decoding_cuda.py

@@ -54,8 +54,8 @@ def test_gpu_bench_script_runs_its_tiny_cpu_mode(tmp_path):
     assert figures["engines"]["fused"]["ops_per_step"] is None  # fused kernels are no aten ops
     assert "fused: tokens identical" in done.stdout
     agreement = json.loads((tmp_path / "agreement.json").read_text())
-    assert set(agreement["models"]) == {"demo", "tiny"} and set(agreement["verdicts"]) == {"fast", "fused"}
-    assert set(agreement["models"]["demo"]["engines"]) == {"exact", "fast", "fused"}
+    assert set(agreement["models"]) == {"tiny"} and set(agreement["verdicts"]) == {"fast", "fused"}
+    assert set(agreement["models"]["tiny"]["engines"]) == {"exact", "fast", "fused"}
     profile = json.loads((tmp_path / "profile.json").read_text())
     assert profile["step_graphs"] == {}  # no CUDA graphs to profile on CPU
     for phases in profile["plan_phases"].values():  # one plan per engine, by decoder phase
