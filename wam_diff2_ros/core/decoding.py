@@ -201,7 +201,7 @@ def block_diffusion_decode(
         generator = torch.Generator(device=device)
         generator.manual_seed(config.seed)
     runner = (runners or Runners(backbone)).select(
-        config.engine, config.cuda_graphs, config.torch_compile, config.triton_kernels
+        config.engine, config.cuda_graphs, config.torch_compile, config.triton_kernels, device
     )
 
     denoise_s = commit_s = 0.0

@@ -97,11 +97,17 @@ class Runners:
         self._fast: dict[tuple[bool, bool, bool], FastRunner] = {}
 
     def select(
-        self, engine: str, cuda_graphs: bool = True, torch_compile: bool = False, triton_kernels: bool = False
+        self,
+        engine: str,
+        cuda_graphs: bool = True,
+        torch_compile: bool = False,
+        triton_kernels: bool = False,
+        device: torch.device | None = None,
     ) -> Runner:
-        """The runner for a configured engine on the backbone's device and dtype (`resolve_engine`).
-        `triton_kernels`: the fast engine's bit-identical Triton kernels (CUDA with Triton only; off by default)."""
-        chosen = resolve_engine(engine, self.backbone.device, self.backbone.dtype, torch_compile)
+        """The runner for a configured engine on `device` (default: the backbone's) and the backbone's dtype
+        (`resolve_engine`). `triton_kernels`: the fast engine's bit-identical Triton kernels (CUDA with Triton
+        only; off by default)."""
+        chosen = resolve_engine(engine, device or self.backbone.device, self.backbone.dtype, torch_compile)
         if chosen == "exact":
             return ExactRunner(self.backbone)  # holds only the decode's cache: nothing to keep
         key = (cuda_graphs, chosen == "fused", triton_kernels)
