@@ -89,6 +89,8 @@ setup(
         "report-test": ["playwright>=1.45"],
         # colcon on the pip route (scripts/colcon_build.sh installs these when the venv has no colcon).
         "colcon": ["colcon-common-extensions>=0.3", "ros-ament-cmake-pytest"],
+        # Triton kernels of the fast/fused engines (core/triton_kernels.py); on CPU only their interpreter tests run.
+        "gpu-kernels": ["triton>=3.4"],
     },
     entry_points={
         "console_scripts": [

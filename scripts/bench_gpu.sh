@@ -4,18 +4,18 @@
 #   scripts/bench_gpu.sh                    on a CUDA machine (installs a CUDA torch into .venv if torch has none)
 #   BENCH_GPU_TINY=1 scripts/bench_gpu.sh   the same steps on the tiny model on CPU, in seconds (checks the script):
 #                                           no step time limits (a loaded machine is slow, not wrong), and
-#                                           no fast-compiled variant (its compilation takes minutes on a CPU)
+#                                           no fused variant (its compilation takes minutes on a CPU)
 #
 # Steps (a failing step is reported and the next one still runs; the exit status is 1 if any failed):
 #   1. wam-diff2-bench on the full WAM-Diff2 2B architecture (random weights), bfloat16, one 1920x1080 image
-#      (1980 visual tokens), default decoding: exact vs fast (CUDA graphs) vs fast-compiled (the fast engine
+#      (1980 visual tokens), default decoding: exact vs fast (CUDA graphs) vs fused (the fast engine
 #      with its fused step kernels, torch_compile) in one run
-#   2. scripts/engine_agreement.py: demo model, bfloat16, 24 varied plans: identical sequences / total and the
-#      waypoint distances of differing plans, for each fast variant and for the exact engine in float32
+#   2. wam-diff2-bench agreement: demo and tiny models, bfloat16, 48 varied prompts: exact, fast and fused
+#      against the exact engine in float32 (identical sequences, plan distances, valid rates, the verdicts)
 #   3. test/test_fast_decoding_cuda.py: fast == exact tokens in float32 on CUDA, with and without CUDA graphs
-#   4. scripts/profile_gpu_step.py: the captured step's replay time and kernels by kind, and one plan's wall
-#      and GPU time per phase (preprocess is in 'plan', vision inside prefill), fast and fast-compiled
-#   5. scripts/probe_gpu_kernels.py: a step's matrix products by shape (as the model has them, merged and
+#   4. wam-diff2-bench profile-gpu-step: the captured step's replay time and kernels by kind, and one plan's wall
+#      and GPU time per phase (preprocess is in 'plan', vision inside prefill), fast and fused
+#   5. wam-diff2-bench probe-gpu-kernels: a step's matrix products by shape (as the model has them, merged and
 #      whether merging keeps the bits, scores), its attention by kernel (masked SDPA, grouped_attention, flash
 #      varlen with seqused_k) and the vision patch embedding (Conv3d against one linear product, same bits?)
 #
@@ -45,8 +45,9 @@ step() {  # step NAME SECONDS COMMAND...: run (at most SECONDS; no limit in tiny
 }
 
 if [ "${BENCH_GPU_TINY:-0}" = 1 ]; then
-  device=cpu agreement_dtype=float32 probe=(--tiny --device cpu)
-  agreement=(--model tiny --prompts 1 --width 64 --height 64)
+  device=cpu agreement_dtype=float32 prompts=1 probe=(--tiny --device cpu)
+  agreement=(--model tiny --size 64x64)  # the demo model's CPU run is test/test_agreement.py's (slow)
+  candidates=(--candidate fast)  # no fused engine on CPU here: compiling it takes minutes
   bench=(--model-id tiny --device cpu --dtype float32 --width 64 --height 64 --max-new-tokens 20 --block-size 8)
   bench+=(--warmup 0 --iterations 1)
   variants=(--engine fast) compared="exact vs fast"
@@ -60,9 +61,10 @@ else
     "$PYTHON" -m pip install --quiet ${CUDA_TORCH_SPEC:-torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128}
   fi
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
-  device=cuda agreement_dtype=bfloat16 probe=(--device cuda)
-  agreement=(--model demo --prompts 24 --compiled)
-  variants=(--engine fast --engine fast-compiled) compared="exact vs fast vs fast-compiled"
+  device=cuda agreement_dtype=bfloat16 prompts=48 probe=(--device cuda)
+  agreement=(--model demo --model tiny)
+  candidates=(--candidate fast --candidate fused)
+  variants=(--engine fast --engine fused) compared="exact vs fast vs fused"
   bench=(--random-2b --device cuda --dtype bfloat16 --width 1920 --height 1080 --warmup 3 --iterations "$ITERATIONS")
 fi
 "$PYTHON" -c "import sys, torch, transformers; print('python', sys.version.split()[0], 'torch', torch.__version__,
@@ -71,16 +73,20 @@ fi
 # the figures first: if time runs out, the later checks are what is lost
 step "$compared" 240 \
   "$PYTHON" -m wam_diff2_ros.cli.bench "${bench[@]}" --engine exact "${variants[@]}" --json "$OUT/bench_gpu.json"
-step "engine agreement, $agreement_dtype" 90 \
-  "$PYTHON" scripts/engine_agreement.py "${agreement[@]}" --device "$device" --dtype "$agreement_dtype" \
-  --yardstick-dtype float32 --json "$OUT/agreement.json"
+step "agreement yardstick, $agreement_dtype vs exact float32" 300 \
+  "$PYTHON" -m wam_diff2_ros.cli.bench agreement "${agreement[@]}" --device "$device" \
+  --dtype "$agreement_dtype" --prompts "$prompts" "${candidates[@]}" --json "$OUT/agreement.json"
 step "fast == exact on CUDA, float32 (skipped without CUDA)" 120 \
   "$PYTHON" -m pytest -q -p no:cacheprovider -x test/test_fast_decoding_cuda.py
 step "step graph and plan phase profile" 120 \
-  "$PYTHON" scripts/profile_gpu_step.py "${bench[@]}" --max-new-tokens 32 "${variants[@]}" \
+  "$PYTHON" -m wam_diff2_ros.cli.bench profile-gpu-step "${bench[@]}" --max-new-tokens 32 "${variants[@]}" \
   --json "$OUT/profile.json"  # one block: the same step graph (capacity bucket), a plan trace 4x smaller
 step "matrix products, attention and patch embedding by variant" 90 \
-  "$PYTHON" scripts/probe_gpu_kernels.py "${probe[@]}" --json "$OUT/kernels.json"
+  "$PYTHON" -m wam_diff2_ros.cli.bench probe-gpu-kernels "${probe[@]}" --json "$OUT/kernels.json"
+
+# exact / fast / fused side by side: ms per step, kernels per replay, weight bandwidth of the products,
+# attention per layer, tokens identical, the yardstick's verdict (from the JSON files above; '-' where absent)
+step "engine rows" 60 "$PYTHON" -m wam_diff2_ros.cli.bench rows "$OUT"
 
 if [ ${#failed[@]} -gt 0 ]; then
   echo "bench_gpu.sh: failed steps: ${failed[*]}"

@@ -48,11 +48,11 @@ stamp_of() {  # changes whenever what the venv is built from changes
 ensure_system_packages
 if [ "$MODE" = --tf457 ]; then
   VENV=.venv-tf457
-  EXTRAS=".[test]"
+  EXTRAS=".[test,gpu-kernels]"
   EXTRA_SPECS=("transformers==4.57.3")
 else
   VENV=.venv
-  EXTRAS=".[ros,replay,fleet,test,colcon,viewer,report-test]"
+  EXTRAS=".[ros,replay,fleet,test,colcon,viewer,report-test,gpu-kernels]"
   EXTRA_SPECS=()
 fi
 STAMP="$VENV/.bootstrap-$(stamp_of | sha256sum | cut -c1-16)"

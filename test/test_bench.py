@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from wam_diff2_ros.cli import bench
 from wam_diff2_ros.core.decoding import DecodeConfig
 
@@ -52,7 +54,8 @@ def test_gpu_bench_script_runs_its_tiny_cpu_mode(tmp_path):
     assert set(figures["engines"]) == {"exact", "fast"} and figures["tokens_identical"] and figures["speedup"] > 0
     assert set(figures["cpu_kernels"]) == {"loads", "paths"}  # which path each shape ran
     agreement = json.loads((tmp_path / "agreement.json").read_text())
-    assert set(agreement["variants"]) == {"fast (no graphs)", "exact (float32)"}
+    assert set(agreement["models"]) == {"tiny"} and set(agreement["verdicts"]) == {"fast"}
+    assert set(agreement["models"]["tiny"]["engines"]) == {"exact", "fast"}
     profile = json.loads((tmp_path / "profile.json").read_text())
     assert profile["step_graphs"] == {}  # no CUDA graphs to profile on CPU
     for phases in profile["plan_phases"].values():  # one plan per engine, by decoder phase
@@ -60,6 +63,12 @@ def test_gpu_bench_script_runs_its_tiny_cpu_mode(tmp_path):
         assert phases["plan"]["wall_ms"] > phases["prefill"]["wall_ms"] > phases["vision"]["wall_ms"] > 0
         assert phases["step"]["count"] >= 2 and phases["vision"]["count"] == 1
     assert set(profile["plan_phases"]) == {"fast"} and "one plan by phase" in done.stdout
+    rows = json.loads((tmp_path / "rows.json").read_text())  # exact / fast / fused side by side
+    assert set(rows) == {"exact", "fast", "fused"} and rows["exact"]["yardstick"] == "reference"
+    measured = {name: row for name, row in rows.items() if name != "fused"}  # no fused run in tiny mode
+    assert all(row["ms_per_step"] > 0 and row["kernels_per_replay"] is None for row in measured.values())  # no graphs
+    assert rows["fast"]["tokens_identical"] is True and rows["fused"]["ms_per_step"] is None
+    assert "kernels/replay" in done.stdout
     products = json.loads((tmp_path / "kernels.json").read_text())["products"]
     assert {"q, k, v (3 products) x4 layers", "q/k/v merged x4 layers", "output layer"} <= set(products)
     assert "attention: masked SDPA after repeat_kv x4" in products
@@ -68,6 +77,13 @@ def test_gpu_bench_script_runs_its_tiny_cpu_mode(tmp_path):
     assert patch_embedding["max_abs_diff"] >= 0 and isinstance(patch_embedding["identical"], bool)
     assert {"patch embedding: Conv3d (transformers)", "patch embedding: one linear product"} <= set(products)
     assert all(entry["ms_per_step"] > 0 and entry["read_mb"] > 0 for entry in products.values())
+
+
+def test_every_measurement_is_a_subcommand(capsys):
+    for name in bench.SUBCOMMANDS:
+        with pytest.raises(SystemExit) as done:
+            bench.main([name, "--help"])
+        assert done.value.code == 0 and f"wam-diff2-bench {name}" in capsys.readouterr().out
 
 
 def test_bench_flags_are_kebab_case_and_old_underscore_spellings_still_parse():
@@ -83,18 +99,17 @@ def test_cpu_step_profile_times_the_parts_and_counts_their_products(tmp_path):
     import os
     import subprocess
     import sys
-    from pathlib import Path
 
     from core_helpers import can_build_row_kernel
 
     from wam_diff2_ros.core.cpu_kernels import kernel_isa
 
-    script = Path(__file__).resolve().parents[1] / "scripts" / "profile_cpu_step.py"
     out = tmp_path / "cpu_step.json"
     argv = ["--model-id", "tiny", "--device", "cpu", "--dtype", "float32", "--width", "64", "--height", "64"]
     argv += ["--max-new-tokens", "16", "--block-size", "8", "--plans", "2", "--json", str(out)]
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    done = subprocess.run([sys.executable, str(script), *argv], env=env, capture_output=True, text=True, timeout=600)
+    command = [sys.executable, "-m", "wam_diff2_ros.cli.bench", "profile-cpu-step", *argv]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     figures = json.loads(out.read_text())
     steps = figures["steps"]

@@ -25,13 +25,12 @@ from wam_diff2_ros.core.decoding import (
     DecodeConfig,
     DecodeConfigError,
     block_diffusion_decode,
-    first_max_index,
-    sample_tokens,
     select_transfers,
     transfer_schedule,
 )
 from wam_diff2_ros.core.model import BlockDiffusionBackbone
 from wam_diff2_ros.core.prompts import build_messages
+from wam_diff2_ros.core.sampling import first_max_index, sample_tokens
 
 pytestmark = pytest.mark.core
 

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 
 import pytest
 import torch
 from core_helpers import can_build_row_kernel, noise_image, tiny_checkpoint
 
+from wam_diff2_ros.bench.host_reads import count_host_reads
 from wam_diff2_ros.core import cpu_kernels
 from wam_diff2_ros.core.checkpoint import inspect_checkpoint, load_model, load_processor
 from wam_diff2_ros.core.decoding import (
@@ -21,19 +23,20 @@ from wam_diff2_ros.core.decoding import (
     DecodeConfig,
     DecodeConfigError,
     block_diffusion_decode,
-    describe_engine,
-    resolve_engine,
     select_transfers,
 )
+from wam_diff2_ros.core.engines import Runners, describe_engine, resolve_engine
 from wam_diff2_ros.core.fast_decoding import (
     CudaGraphSteps,
     FastRunner,
     StaticKVCache,
     capacity_bucket,
 )
-from wam_diff2_ros.core.host_reads import count_host_reads
 from wam_diff2_ros.core.model import BlockDiffusionBackbone
 from wam_diff2_ros.core.prompts import build_messages
+from wam_diff2_ros.core.runner import ALL_ROWS, AllRows, ExactRunner
+
+pytestmark = pytest.mark.core
 
 STRATEGIES = ("low_confidence_dynamic", "low_confidence_static", "sequential")
 
@@ -119,6 +122,52 @@ def test_engine_choice_is_described_for_the_logs():
     assert describe_engine("auto", cuda, torch.float16).startswith("exact (auto: the fast engine was never shown")
     assert describe_engine("exact", cuda, torch.bfloat16) == "exact (decoding.engine: exact)"
     assert describe_engine("fast", cpu, torch.bfloat16) == "fast (decoding.engine: fast)"
+    assert describe_engine("fast", cuda, torch.bfloat16, torch_compile=True) == (
+        "fused (decoding.engine: fast, torch_compile)"  # the fused engine's earlier spelling
+    )
+    assert resolve_engine("fused", cpu, torch.float32) == "fused"
+
+
+def test_auto_picks_the_fused_engine_only_where_the_yardstick_admitted_it(tmp_path, caplog):
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    report = tmp_path / "engine_admission.json"
+    assert resolve_engine("auto", cuda, torch.bfloat16, admission_file=report) == "fast"  # no verdict: tier 1
+    verdict = {"device": "cuda", "dtype": "bfloat16", "verdicts": {"fused": {"admitted": True}}}
+    report.write_text(json.dumps(verdict))
+    assert resolve_engine("auto", cuda, torch.bfloat16, admission_file=report) == "fused"
+    assert describe_engine("auto", cuda, torch.bfloat16, admission_file=report).startswith("fused (auto: admitted")
+    assert resolve_engine("auto", cuda, torch.float32, admission_file=report) == "fast"  # measured in bf16 only
+    assert resolve_engine("auto", cpu, torch.float32, admission_file=report) == "fast"  # CUDA only
+    report.write_text(json.dumps({**verdict, "device": "cpu", "dtype": "float32"}))
+    assert resolve_engine("auto", cpu, torch.float32, admission_file=report) == "fast"  # never fused off CUDA
+    report.write_text(json.dumps({**verdict, "verdicts": {"fused": {"admitted": False}}}))
+    assert resolve_engine("auto", cuda, torch.bfloat16, admission_file=report) == "fast"
+    report.write_text("{not json")
+    assert resolve_engine("auto", cuda, torch.bfloat16, admission_file=report) == "fast"
+    assert "unreadable" in caplog.text
+
+
+def test_runners_are_chosen_in_one_place_and_keep_their_state_off_the_backbone(tiny):
+    backbone, processor, conversations = tiny
+    runners = Runners(backbone)
+    fast = runners.select("fast")
+    assert runners.select("auto") is fast and runners.select("fast") is fast  # CPU float32: auto is fast
+    assert isinstance(runners.select("exact"), ExactRunner)
+    fused = runners.select("fused")
+    assert fused is not fast and runners.select("fast", torch_compile=True) is fused and fused.fused
+    before = dict(vars(backbone))
+    inputs = processor(conversations[:1], padding_side="left")
+    config = DecodeConfig(max_new_tokens=8, block_size=8, engine="fast")
+    for _ in range(2):
+        block_diffusion_decode(
+            backbone, inputs.input_ids, inputs.attention_mask, inputs.pixel_values, inputs.image_grid_thw,
+            config, runners=runners,
+        )  # fmt: skip
+    assert vars(backbone).keys() == before.keys()  # nothing stashed on the backbone
+    assert runners.fast_runners() == {(True, False, False): fast, (True, True, False): fused}
+    masked = torch.tensor([[True, False]])
+    assert runners.select("exact").open_rows(masked) is ALL_ROWS and isinstance(ALL_ROWS, AllRows)
+    assert fast.open_rows(masked).tolist() == [0] and fast.open_rows(~torch.ones_like(masked)) is None
 
 
 # ------------------------------------------------------------------------------ exactness on tiny
@@ -146,13 +195,13 @@ def run_bucket_steps_on_cpu(monkeypatch, store):
     """Make the fast engine on CPU run every step through `store` (a `CudaGraphSteps(capture=False)`): the
     computation a CUDA graph holds, all rows' logits, eagerly."""
 
-    def init(self, backbone, cuda_graphs=True, torch_compile=False):
-        self.backbone, self.device, self.masked_rows_only, self.cache, self.graphs = (
-            backbone, backbone.device, False, None, store
-        )  # fmt: skip
-        self.torch_compile = torch_compile
+    init = FastRunner.__init__
 
-    monkeypatch.setattr(FastRunner, "__init__", init)
+    def bucket_steps(self, backbone, cuda_graphs=True, fused=False, triton_kernels=False):
+        init(self, backbone, cuda_graphs, fused, triton_kernels)
+        self.masked_rows_only, self.graphs = False, store
+
+    monkeypatch.setattr(FastRunner, "__init__", bucket_steps)
 
 
 @pytest.fixture(scope="module")
@@ -209,7 +258,7 @@ def test_fast_engine_runs_the_cpu_kernels_and_gives_the_same_tokens_without_them
     inputs = inputs_for(processor, conversations, "left")
     config = DecodeConfig(max_new_tokens=35, block_size=32, denoising_steps=32)
     answered = []
-    row_logits = BlockDiffusionBackbone.row_logits
+    row_logits = FastRunner.row_logits
 
     def counted(self, rows, block_shape):
         logits = row_logits(self, rows, block_shape)
@@ -223,7 +272,7 @@ def test_fast_engine_runs_the_cpu_kernels_and_gives_the_same_tokens_without_them
         routed.append(block_shape)
         return kernel_forward(kernel, module, ends, block_shape, x)
 
-    monkeypatch.setattr(BlockDiffusionBackbone, "row_logits", counted)
+    monkeypatch.setattr(FastRunner, "row_logits", counted)
     monkeypatch.setattr(cpu_kernels, "_kernel_forward", counted_linear)
     assert_same(both_engines(backbone, inputs, config))
     assert any(count < 3 * 32 for count, _ in answered)  # masked rows only, fewer than the block's
@@ -233,8 +282,8 @@ def test_fast_engine_runs_the_cpu_kernels_and_gives_the_same_tokens_without_them
         output_layer = [kernel for key, kernel in verdicts.items() if key.startswith("output layer")]
         assert output_layer and all(ok == output_layer[0] for _, ok in answered)
         assert (set(routed) == {(3, 32)}) == any(kernel for key, kernel in verdicts.items() if key.startswith("linear"))
-    monkeypatch.setattr(BlockDiffusionBackbone, "row_logits", lambda self, rows, block_shape: None)
-    monkeypatch.setattr(BlockDiffusionBackbone, "block_kernels", lambda self, block_shape: contextlib.nullcontext())
+    monkeypatch.setattr(FastRunner, "row_logits", lambda self, rows, block_shape: None)
+    monkeypatch.setattr(FastRunner, "block_kernels", lambda self, block_shape: contextlib.nullcontext())
     assert_same(both_engines(backbone, inputs, config))
 
 
@@ -285,7 +334,7 @@ def test_the_cuda_graph_step_computed_eagerly_gives_the_exact_tokens(
     """What a CUDA graph holds (the step over the whole 256-token bucket, slots past the block masked out, all
     rows' logits, replayed for the commit too), run eagerly on CPU: CI's check of the graph path's logic."""
     backbone, processor, conversations = tiny
-    store = CudaGraphSteps(backbone, capture=False)
+    store = CudaGraphSteps(capture=False)
     run_bucket_steps_on_cpu(monkeypatch, store)
     inputs = inputs_for(processor, conversations, layout)
     config = DecodeConfig(
@@ -296,7 +345,7 @@ def test_the_cuda_graph_step_computed_eagerly_gives_the_exact_tokens(
 
 
 def test_graph_store_keeps_the_most_recently_used_buckets_with_their_graphs():
-    store = CudaGraphSteps(backbone=None, capture=False, kept_buckets=2)
+    store = CudaGraphSteps(capture=False, kept_buckets=2)
     first = store.cache_for(1, 300)
     store.graphs[(1, 32, 512)] = {"for": "first"}
     second = store.cache_for(3, 300)
@@ -310,7 +359,7 @@ def test_graph_store_keeps_the_most_recently_used_buckets_with_their_graphs():
 
 def test_evicted_buckets_are_rebuilt_with_the_same_tokens(tiny, monkeypatch):
     backbone, processor, conversations = tiny
-    store = CudaGraphSteps(backbone, capture=False, kept_buckets=1)
+    store = CudaGraphSteps(capture=False, kept_buckets=1)
     run_bucket_steps_on_cpu(monkeypatch, store)
     config = DecodeConfig(max_new_tokens=19, block_size=8, denoising_steps=6)
     for batch in (conversations[:1], conversations, conversations[:1]):  # batch 1, 3, then 1 again

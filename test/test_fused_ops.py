@@ -18,6 +18,7 @@ from test_fast_decoding import inputs_for, tiny_conversations
 from wam_diff2_ros.core import fused_ops
 from wam_diff2_ros.core.checkpoint import inspect_checkpoint, load_model, load_processor
 from wam_diff2_ros.core.decoding import DecodeConfig, block_diffusion_decode
+from wam_diff2_ros.core.engines import Runners
 from wam_diff2_ros.core.fast_decoding import FastRunner
 from wam_diff2_ros.core.fused_ops import ROTARY_FUNCTION, FusedStepOps
 from wam_diff2_ros.core.model import BlockDiffusionBackbone
@@ -173,7 +174,7 @@ def test_fast_engine_with_fused_kernels_steps_like_the_stock_step_and_decodes(ti
     with torch.inference_mode():
         outputs = {}
         for compiled in (False, True):
-            runner = FastRunner(backbone, torch_compile=compiled)
+            runner = FastRunner(backbone, fused=compiled)
             batch, prompt_len = inputs.input_ids.shape
             positions, _ = backbone.rope_index(inputs.input_ids, inputs.attention_mask, inputs.image_grid_thw)
             mask4 = torch.ones(batch, 1, prompt_len, prompt_len, dtype=torch.bool)
@@ -185,15 +186,17 @@ def test_fast_engine_with_fused_kernels_steps_like_the_stock_step_and_decodes(ti
             block_mask = torch.ones(batch, 1, 8, prompt_len + 8, dtype=torch.bool)
             outputs[compiled] = runner._hidden(block, block_positions, block_mask, prompt_len)
         torch.testing.assert_close(outputs[True], outputs[False], rtol=1e-4, atol=1e-4)
+        runners = Runners(backbone)
         fused = block_diffusion_decode(
             backbone,
             inputs.input_ids,
             inputs.attention_mask,
             inputs.pixel_values,
             inputs.image_grid_thw,
-            config.with_overrides(engine="fast", torch_compile=True),
+            config.with_overrides(engine="fused"),
+            runners=runners,
         )
-    assert not backbone._fused_ops.failed
+    assert not runners.select("fused").fused_ops.failed
     layers = len(language_model(backbone).layers)
     assert len(masked_attention) >= layers * (1 + 2 * 2) and all(masked_attention)  # 1 step here; 2 blocks x 2+
     assert fused.sequences.shape == (3, 16) and len(fused.steps_per_block) == 2  # two whole blocks

@@ -21,6 +21,8 @@ from wam_diff2_ros.core.samples import (
 )
 from wam_diff2_ros.core.units import NS_PER_MS, NS_PER_S
 
+pytestmark = pytest.mark.core  # no ROS (the sample drive's simulator included): runs on 4.57.3 too
+
 T0 = 1_700_000_000 * NS_PER_S
 
 

@@ -35,12 +35,12 @@ def print_figures(figures: dict[str, Any]) -> None:
     if "speedup" in figures:
         line += f", speedup (total p50) {figures['speedup']:.2f}x, denoise per step {figures['denoise_speedup']:.2f}x"
     print(line)
-    if "compiled_tokens_identical" in figures:
-        line = f"fast-compiled: tokens identical {figures['compiled_tokens_identical']}"
-        if "compiled_speedup" in figures:
+    if "fused_tokens_identical" in figures:
+        line = f"fused: tokens identical {figures['fused_tokens_identical']}"
+        if "fused_speedup" in figures:
             line += (
-                f", speedup (total p50) {figures['compiled_speedup']:.2f}x,"
-                f" denoise per step {figures['compiled_denoise_speedup']:.2f}x"
+                f", speedup (total p50) {figures['fused_speedup']:.2f}x,"
+                f" denoise per step {figures['fused_denoise_speedup']:.2f}x"
             )
         print(line)
     kernels = figures.get("cpu_kernels") or {}

@@ -1,82 +1,46 @@
 """`wam-diff2-bench`: measure the decoder stage by stage on a checkpoint (or a random 2B model) and print figures.
 
-Flags are kebab-case like the other CLIs; the underscore spellings of earlier releases (`--model_id`,
-`--max_new_tokens`, ...) are still accepted (hidden aliases). Decoding flags left out take `DecodeConfig`'s
-defaults; the work is `wam_diff2_ros.bench`.
+`wam-diff2-bench [flags]` compares engines on the benchmark's workload (`wam_diff2_ros.bench.runs`);
+`wam-diff2-bench SUBCOMMAND [flags]` runs one of the other measurements (`SUBCOMMANDS`; `--help` after a
+subcommand lists its flags). Flags are kebab-case; the underscore spellings of earlier releases are still
+accepted (hidden aliases). Decoding flags left out take `DecodeConfig`'s defaults.
 """
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
+import importlib
 import json
 import sys
 from collections.abc import Sequence
-from pathlib import Path
-from typing import Any
 
-from wam_diff2_ros.bench import BenchSettings, print_figures, run
-from wam_diff2_ros.bench.runs import COMPILED, ENGINE_CHOICES
+from wam_diff2_ros.bench import print_figures, run
+from wam_diff2_ros.bench.flags import build_parser as _build_parser
+from wam_diff2_ros.bench.flags import settings_from
 
-_DEFAULTS = BenchSettings()
-
-
-def _add(parser: argparse.ArgumentParser, flag: str, **kwargs: Any) -> None:
-    """A kebab-case flag; its old underscore spelling (if different) is a hidden alias."""
-    parser.add_argument(flag, **kwargs)
-    old = "--" + flag[2:].replace("-", "_")
-    if old != flag:
-        alias = {k: v for k, v in kwargs.items() if k not in ("help", "default")}
-        parser.add_argument(
-            old, dest=flag[2:].replace("-", "_"), help=argparse.SUPPRESS, default=argparse.SUPPRESS, **alias
-        )
+#: subcommand -> the module (in wam_diff2_ros.bench) whose `main(argv)` runs it
+SUBCOMMANDS = {
+    "agreement": "agreement",  # the yardstick that admits a non-identical engine
+    "profile-gpu-step": "profile_gpu_step",  # a captured step's kernels by kind, a plan's GPU time by phase
+    "profile-cpu-step": "profile_cpu_step",  # a CPU step's parts against the GEMM rate
+    "probe-gpu-kernels": "probe_gpu_kernels",  # a step's products and attention by variant
+    "cpu-kernels": "cpu_kernel_bench",  # the CPU kernels against the stock modules, with a bit check
+    "preprocess": "preprocess_bench",  # one camera frame's preprocessing
+    "conversions": "conversions_bench",  # image message conversions per encoding (needs rclpy)
+    "rows": "gpu_rows",  # exact / fast / fused side by side from one scripts/bench_gpu.sh run
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """Command-line flags (decoding defaults: `DecodeConfig`'s, filled in by the run)."""
-    parser = argparse.ArgumentParser(prog="wam-diff2-bench", description=__doc__.split("\n\n")[0])
-    d = _DEFAULTS
-    _add(parser, "--model-id", default=d.model_id, help="checkpoint dir, 'demo', or 'tiny' (a random tiny model)")
-    _add(parser, "--random-2b", action="store_true", help="random weights in the real 2B architecture")
-    _add(parser, "--text-layers", type=int, default=d.text_layers, help="with --random-2b: fewer text layers")
-    _add(parser, "--vision-layers", type=int, default=d.vision_layers, help="with --random-2b: fewer vision layers")
-    _add(parser, "--device", default=d.device)
-    _add(parser, "--dtype", default=d.dtype)
-    _add(parser, "--width", type=int, default=d.width)
-    _add(parser, "--height", type=int, default=d.height)
-    _add(parser, "--cameras", type=int, default=d.cameras, help="images per prompt")
-    _add(parser, "--batch", type=int, default=d.batch, help="prompts decoded together")
-    _add(
-        parser,
-        "--engine",
-        action="append",
-        choices=ENGINE_CHOICES,
-        default=None,
-        help=f"decoding engine; repeat to compare engines on the same inputs (default: auto); {COMPILED}: the "
-        "fast engine with fused step kernels (torch_compile; not bit-identical)",
-    )
-    _add(parser, "--no-cuda-graphs", action="store_true", help="fast engine on CUDA without graphs")
-    _add(parser, "--max-new-tokens", type=int, default=None)
-    _add(parser, "--block-size", type=int, default=None)
-    _add(parser, "--denoising-steps", type=int, default=None)
-    _add(parser, "--remasking-strategy", default=None)
-    _add(parser, "--confidence-threshold", type=float, default=None)
-    _add(parser, "--deadline-ms", type=float, default=None, help="decoding deadline per call from its start; 0 = none")
-    _add(parser, "--warmup", type=int, default=d.warmup)
-    _add(parser, "--iterations", type=int, default=d.iterations)
-    _add(parser, "--no-counters", action="store_true", help="skip the counted run (host reads, aten ops)")
-    _add(parser, "--json", type=Path, default=None, help="also write the figures to this JSON file")
-    return parser
-
-
-def settings_from(args: argparse.Namespace) -> BenchSettings:
-    """The library's settings from parsed flags."""
-    fields = {f.name: getattr(args, f.name) for f in dataclasses.fields(BenchSettings) if f.name != "engine"}
-    return BenchSettings(**fields, engine=tuple(args.engine or _DEFAULTS.engine))
+def build_parser():
+    """The default measurement's flags."""
+    return _build_parser(description=__doc__.split("\n\n")[0])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point; returns the exit code."""
+    """Entry point; returns the exit code. A first argument naming a subcommand runs it with the rest."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in SUBCOMMANDS:
+        module = importlib.import_module(f"wam_diff2_ros.bench.{SUBCOMMANDS[argv[0]]}")
+        return module.main(argv[1:])
     args = build_parser().parse_args(argv)
     if args.iterations < 1 or args.warmup < 0 or args.cameras < 1 or args.batch < 1:
         print(

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from wam_diff2_ros.core.decoding import REMASKING_STRATEGIES, DecodeConfig
+from wam_diff2_ros.core.decoding import ENGINES, REMASKING_STRATEGIES, DecodeConfig
 from wam_diff2_ros.core.processor import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS
 from wam_diff2_ros.infer.batch import (
     BatchOptions,
@@ -57,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--engine",
         default=_DECODE.engine,
-        choices=["auto", "exact", "fast"],
+        choices=list(ENGINES),
         help="decoding engine: exact (the reference's execution), fast (static cache, no host syncs inside a "
         "block), auto = fast where shown token-identical (CPU float32, CUDA float32/bfloat16), else exact",
     )

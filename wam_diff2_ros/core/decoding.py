@@ -13,9 +13,10 @@ Every tensor operation that affects which token wins (softmax in the model dtype
 threshold in that dtype, `torch.topk` tie-breaking per sample, random draws) follows the reference, so the
 same weights give the same tokens. In bfloat16 the threshold 0.9 therefore acts as bf16(0.9) = 0.8984375.
 
-The rules (sampling, remasking, stopping) are defined here once; a runner executes the steps: `ExactRunner`
-(the reference's `DynamicCache`, full logits) or `fast_decoding.FastRunner` (static cache, masked-row logits
-on CPU, CUDA graphs), chosen by `DecodeConfig.engine`.
+The rules (remasking, stopping; sampling in sampling.py) are defined once; a runner executes the steps
+(`runner.Runner`: `runner.ExactRunner`, the reference's `DynamicCache` and full logits, or
+`fast_decoding.FastRunner`, static cache, masked-row logits on CPU, CUDA graphs), chosen by `DecodeConfig.engine`
+in one place, `engines.Runners.select`.
 """
 
 from __future__ import annotations
@@ -28,15 +29,12 @@ from typing import Any
 import torch
 
 from .deadline import Clock, DeadlineBudget, blocks_to_share, forced_transfers
+from .engines import Runners
 from .model import BlockDiffusionBackbone
 from .timing import StageTiming
 from .tokens import EOS_TOKEN_ID, MASK_TOKEN_ID
 
-ENGINES = ("auto", "exact", "fast")
-# (device type, dtype) where `auto` picks the fast engine: token-identical to the exact one in the test grid
-# (CPU float32 in CI; CUDA float32 in test_fast_decoding_cuda.py, run on an H200) or, for CUDA bfloat16,
-# in every comparison measured on an H200 (README, "Exact vs fast engine"); elsewhere (NPU, float16) `auto` is exact.
-FAST_BY_DEFAULT = frozenset({("cpu", torch.float32), ("cuda", torch.float32), ("cuda", torch.bfloat16)})
+ENGINES = ("auto", "exact", "fast", "fused")  # what each one runs: engines.py
 REMASKING_STRATEGIES = ("low_confidence_dynamic", "low_confidence_static", "sequential")
 
 
@@ -61,9 +59,10 @@ class DecodeConfig:
     remasking_strategy: str = "low_confidence_dynamic"
     confidence_threshold: float = 0.9
     seed: int | None = None
-    engine: str = "auto"  # exact | fast | auto (fast where shown token-identical: FAST_BY_DEFAULT)
+    engine: str = "auto"  # exact | fast | fused | auto (engines.resolve_engine)
     cuda_graphs: bool = True  # fast engine on CUDA: replay captured denoising steps
-    torch_compile: bool = False  # fast engine: fused step kernels (core/fused_ops.py); not bit-identical to exact
+    torch_compile: bool = False  # fast engine: the fused engine's kernels (earlier spelling of engine: fused)
+    triton_kernels: bool = False  # fast engine on CUDA: bit-identical Triton element-wise kernels (unproven on GPU)
     deadline_ms: float = 0.0  # plan deadline from the plan's start (core/deadline.py); 0 = none
     mask_token_id: int = MASK_TOKEN_ID
     eos_token_id: int = EOS_TOKEN_ID
@@ -124,80 +123,6 @@ class DecodeOutput:
     deadline_met: bool = True  # decoding finished within config.deadline_ms of the plan's start (or no deadline)
 
 
-ARGMAX_WINDOW = 1024  # first_max_index: the row segments whose maxima locate each row's maximum
-
-
-def first_max_index(rows: torch.Tensor) -> torch.Tensor:
-    """Per row of `rows` [N, V] the index of its first maximum ([N, 1]), exactly as `torch.argmax` (a NaN counts
-    as the maximum). On CPU, where `argmax` over 151,936 columns is 9-29x slower than `amax`, the maxima of
-    1024-wide segments pick each row's first segment holding its maximum, and `argmax` runs on that segment only.
-    """
-    _, vocab = rows.shape
-    if rows.device.type != "cpu" or vocab < 2 * ARGMAX_WINDOW:
-        return torch.argmax(rows, dim=-1, keepdim=True)
-    whole = vocab - vocab % ARGMAX_WINDOW
-    maxima = rows[:, :whole].unflatten(1, (-1, ARGMAX_WINDOW)).amax(-1)  # amax propagates NaN, as argmax ranks it
-    if whole < vocab:
-        maxima = torch.cat([maxima, rows[:, whole:].amax(-1, keepdim=True)], dim=1)
-    start = maxima.argmax(-1, keepdim=True) * ARGMAX_WINDOW  # the first segment holding the row's maximum
-    # the last segment may be short: its window repeats the last column, after the real one, which argmax prefers
-    columns = (start + torch.arange(ARGMAX_WINDOW, device=rows.device)).clamp_(max=vocab - 1)
-    return start + rows.gather(1, columns).argmax(-1, keepdim=True)
-
-
-def sample_tokens(
-    logits: torch.Tensor,
-    temperature: float = 0.0,
-    top_k: int = 0,
-    top_p: float = 1.0,
-    generator: torch.Generator | None = None,
-    uniform: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per position a proposed token and its probability (shapes [B, L]), as the reference samples.
-
-    Greedy (`temperature == 0`): argmax and its softmax probability. Otherwise logits / temperature,
-    restricted to the top-k (or the top 1000 when only top-p is set), softmax, nucleus cut keeping the first
-    token whose cumulative probability passes `top_p`, then inverse-CDF sampling with one uniform draw per
-    position from `generator` (the global RNG when None), or the given `uniform` draws ([B * L, 1]).
-    """
-    batch, length, vocab = logits.shape
-    flat = logits.reshape(-1, vocab)
-    if temperature == 0:
-        tokens = first_max_index(flat)
-        probs = torch.softmax(flat, dim=-1)
-        return tokens.view(batch, length), torch.gather(probs, -1, tokens).view(batch, length)
-
-    scaled = flat / temperature
-    if top_k > 0:
-        keep = min(top_k, vocab)
-    elif top_p < 1.0:
-        keep = min(1000, vocab)
-    else:
-        keep = vocab
-    candidate_ids: torch.Tensor | None = None
-    if keep < vocab:
-        scaled, candidate_ids = torch.topk(scaled, keep, dim=-1)
-    probs = torch.softmax(scaled, dim=-1)
-    if top_p < 1.0:
-        beyond = torch.cumsum(probs, dim=-1) > top_p
-        drop = torch.zeros_like(beyond)
-        drop[:, 1:] = beyond[:, :-1]  # keep the token that crosses top_p
-        probs = probs.masked_fill(drop, 0.0)
-        probs = probs / probs.sum(dim=-1, keepdim=True).clamp(min=1e-8)
-    cumulative = torch.cumsum(probs, dim=-1)
-    if uniform is None:
-        uniform = draw_uniform(probs.shape[0], probs.dtype, probs.device, generator)
-    choice = (cumulative < uniform).sum(dim=-1, keepdim=True).long().clamp(max=probs.shape[-1] - 1)
-    chosen_probs = torch.gather(probs, -1, choice)
-    tokens = choice if candidate_ids is None else torch.gather(candidate_ids, -1, choice)
-    return tokens.view(batch, length), chosen_probs.view(batch, length)
-
-
-def draw_uniform(count: int, dtype: torch.dtype, device: torch.device, generator: torch.Generator | None):
-    """The sampler's uniform draws for `count` positions ([count, 1]), one per position, in position order."""
-    return torch.rand(count, 1, device=device, dtype=dtype, generator=generator)
-
-
 def transfer_schedule(block_size: int, steps: int) -> list[int]:
     """Tokens to unmask per step for the static strategies: an even split, remainder to the first steps."""
     base, remainder = divmod(block_size, steps)
@@ -250,51 +175,6 @@ def _block_causal_mask(prompt_len: int, num_blocks: int, block_size: int, batch:
     return mask.expand(batch, 1, total, total)
 
 
-class ExactRunner:
-    """Executes denoising steps as the reference does: a `DynamicCache` grown and cropped, logits for every row."""
-
-    def __init__(self, backbone: BlockDiffusionBackbone) -> None:
-        self.backbone = backbone
-        self.cache: Any = None
-
-    def prefill(self, input_ids, prompt_mask, positions, pixel_values, image_grid_thw, capacity: int) -> float:
-        """Fill the cache with the prompt; returns the vision encoder's seconds."""
-        result = self.backbone.prefill(input_ids, prompt_mask, positions, pixel_values, image_grid_thw)
-        self.cache = result.cache
-        return result.vision_seconds
-
-    def open_rows(self, masked: torch.Tensor) -> Any:
-        """None when nothing is masked (one device->host read), else a truthy marker."""
-        return True if masked.any() else None
-
-    def propose(self, tokens, positions, mask, block_start: int, rows: Any, config: DecodeConfig, generator):
-        """Per position a proposal and its probability for the block `tokens`."""
-        logits = self.backbone.step_logits(tokens, positions, mask, self.cache)
-        return sample_tokens(logits, config.temperature, config.top_k, config.top_p, generator=generator)
-
-    def commit(self, tokens, positions, mask, block_start: int) -> None:
-        """Write a finished block into the cache."""
-        self.backbone.commit(tokens, positions, mask, self.cache)
-
-
-def resolve_engine(engine: str, device: torch.device, dtype: torch.dtype) -> str:
-    """`exact` or `fast` for a configured engine; `auto` is `fast` where it was shown token-identical."""
-    if engine != "auto":
-        return engine
-    return "fast" if (device.type, dtype) in FAST_BY_DEFAULT else "exact"
-
-
-def describe_engine(engine: str, device: torch.device, dtype: torch.dtype) -> str:
-    """Which engine a configured `engine` runs on this device and dtype, and why (one line for logs)."""
-    chosen = resolve_engine(engine, device, dtype)
-    if engine != "auto":
-        return f"{chosen} (decoding.engine: {engine})"
-    where = f"{device.type} {str(dtype).removeprefix('torch.')}"
-    if chosen == "fast":
-        return f"fast (auto: shown token-identical to exact on {where})"
-    return f"exact (auto: the fast engine was never shown token-identical on {where}; decoding.engine: fast forces it)"
-
-
 def block_diffusion_decode(
     backbone: BlockDiffusionBackbone,
     input_ids: torch.Tensor,
@@ -308,6 +188,7 @@ def block_diffusion_decode(
     started_ns: int | None = None,
     clock: Clock | None = None,
     expected_blocks: int | None = None,
+    runners: Runners | None = None,
 ) -> DecodeOutput:
     """Decode a (padded) prompt batch with block diffusion; see the module docstring.
 
@@ -317,7 +198,8 @@ def block_diffusion_decode(
     one more (which samples are finished). `cancel` is polled before every denoising step (a host-side flag,
     no device sync); when it returns True the decode stops with `DecodeCancelledError`. `observe` (for
     instruments such as the benchmark's counters) is told each phase as it starts: prefill, step, block (the
-    block's bookkeeping after its steps), commit, done.
+    block's bookkeeping after its steps), commit, done. `runners`: the backbone's runners kept across decodes
+    (the engine's; None builds them for this call).
 
     With `config.deadline_ms` > 0 the steps are compressed to finish by `started_ns + deadline_ms` on `clock`
     (ns; `time.monotonic_ns` by default; `started_ns` defaults to now): see core/deadline.py. `expected_blocks`
@@ -337,12 +219,9 @@ def block_diffusion_decode(
     if config.seed is not None:
         generator = torch.Generator(device=device)
         generator.manual_seed(config.seed)
-    if resolve_engine(config.engine, device, backbone.dtype) == "fast":
-        from .fast_decoding import FastRunner
-
-        runner: Any = FastRunner(backbone, cuda_graphs=config.cuda_graphs, torch_compile=config.torch_compile)
-    else:
-        runner = ExactRunner(backbone)
+    runner = (runners or Runners(backbone)).select(
+        config.engine, config.cuda_graphs, config.torch_compile, config.triton_kernels, device
+    )
 
     denoise_s = commit_s = 0.0
     sync()

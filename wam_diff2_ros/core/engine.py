@@ -30,7 +30,8 @@ from .checkpoint import (
 )
 from .confidence import token_char_spans
 from .deadline import DEFAULT_CLOCK, Clock
-from .decoding import DecodeConfig, DecodeOutput, block_diffusion_decode, describe_engine
+from .decoding import DecodeConfig, DecodeOutput, block_diffusion_decode
+from .engines import Runners, describe_engine
 from .model import BlockDiffusionBackbone
 from .processor import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS, WamDiff2Processor
 from .timing import StageTiming
@@ -73,6 +74,7 @@ class Engine:
         self.device = device
         self._sync = synchronizer(device)
         self.backbone = BlockDiffusionBackbone(model, synchronize=self._sync)
+        self.runners = Runners(self.backbone)  # the fast engine's kernels and graphs, kept across calls
         self._lock = threading.Lock()
         self._cancel = threading.Event()
         # per response budget (blocks), how many blocks the last answer took: a deadline is shared among as many
@@ -113,7 +115,8 @@ class Engine:
 
     def describe_decoding(self, decode: DecodeConfig | None = None) -> str:
         """Which decoding engine `decode` runs on this engine's device and dtype, and why (for logs)."""
-        return describe_engine((decode or DecodeConfig()).engine, self.device, self.dtype)
+        config = decode or DecodeConfig()
+        return describe_engine(config.engine, self.device, self.dtype, config.torch_compile)
 
     def generate(
         self,
@@ -175,6 +178,7 @@ class Engine:
                     started_ns=started_ns,
                     clock=clock,
                     expected_blocks=self._answer_blocks.get(config.num_blocks),
+                    runners=self.runners,
                 )
             self._answer_blocks[config.num_blocks] = len(output.steps_per_block)
             return self._collect(output, inputs, preprocess_s)
@@ -212,5 +216,6 @@ class Engine:
         with self._lock:
             self.model = None
             self.backbone = None  # type: ignore[assignment]
+            self.runners = None  # type: ignore[assignment]
             gc.collect()
             release_device_cache(self.device)

@@ -17,9 +17,17 @@
   logits go unread); the attention then spans the whole bucket with the unused slots masked out, which
   changes the reduction length, so identical tokens are not guaranteed there in principle (measured
   identical on an H200: README). Capture failures fall back to eager steps with a log line.
-- Opt-in fused kernels (`torch_compile`, core/fused_ops.py): the step's norms, rotary embedding and MLP gates
+- The `fused` engine (`fused=True`, core/fused_ops.py): the step's norms, rotary embedding and MLP gates
   compiled into one kernel each and a grouped-query attention without `repeat_kv`, in eager steps and in the
-  graphs. Not bit-identical (agreement: README).
+  graphs; on CUDA with Triton, the attention is a split-KV kernel over the static cache and greedy proposals
+  take a fused argmax + maximum probability over the output layer (core/triton_kernels.py). Not bit-identical:
+  admitted by the agreement yardstick (docs/engine.md).
+- `triton_kernels=True` (CUDA with Triton; off by default): the fast engine's RMSNorm tails, rotary embedding
+  and SiLU gates as Triton kernels that keep eager's rounding points (bit-identical to eager on CPU under the
+  Triton interpreter; on a GPU still to be proven by test_fast_decoding_cuda.py).
+
+Everything a runner needs across decodes (the CPU kernels, the CUDA graph store, the fused ops) is its own;
+`engines.Runners` keeps runners per backbone, so it is built once.
 """
 
 from __future__ import annotations
@@ -30,14 +38,17 @@ from typing import Any
 
 import torch
 
-from .decoding import DecodeConfig, draw_uniform, sample_tokens
+from . import triton_kernels
+from .cpu_kernels import ExactLinears, ExactRowLogits
+from .fused_ops import FusedStepOps
 from .model import BlockDiffusionBackbone
+from .runner import ALL_ROWS, AllRows, OpenRows
+from .sampling import SamplingParams, draw_uniform, sample_tokens
 
 LOG = logging.getLogger(__name__)
 
 CAPACITY_QUANTUM = 256  # CUDA graph cache buckets: capacity rounded up to a multiple of this
 KEPT_BUCKETS = 4  # (batch, capacity bucket) caches kept with their graphs; the least recently used goes first
-ALL_ROWS = "all"  # open_rows marker: compute every row
 
 
 class StaticKVCache:
@@ -87,17 +98,31 @@ def capacity_bucket(tokens: int, quantum: int = CAPACITY_QUANTUM) -> int:
 
 
 class FastRunner:
-    """Executes the decoder's steps on a static cache; same interface as `decoding.ExactRunner`."""
+    """Executes the decoder's steps on a static cache (a `runner.Runner`); keeps its kernels, graphs and fused ops
+    across decodes (`engines.Runners` holds one per backbone and option set)."""
 
-    def __init__(self, backbone: BlockDiffusionBackbone, cuda_graphs: bool = True, torch_compile: bool = False) -> None:
+    def __init__(
+        self,
+        backbone: BlockDiffusionBackbone,
+        cuda_graphs: bool = True,
+        fused: bool = False,
+        triton_kernels: bool = False,
+    ) -> None:
         self.backbone = backbone
-        self.torch_compile = torch_compile
+        self.fused = fused
         self.device = backbone.device
         self.masked_rows_only = self.device.type == "cpu"  # fixed shapes elsewhere (weights-bound layer, graphs)
+        # Triton only where it compiles for the device (CUDA), or under its CPU interpreter (tests)
+        triton_here = triton_kernels_available(self.device)
+        self.triton_exact = triton_kernels and triton_here  # tier 1: bit-identical element-wise kernels
+        self.triton_fused = fused and triton_here  # tier 2: split-KV attention, fused argmax + probability
         self.graphs: CudaGraphSteps | None = None
         if cuda_graphs and self.device.type == "cuda":
-            self.graphs = CudaGraphSteps.for_backbone(backbone)
+            self.graphs = CudaGraphSteps()
         self.cache: StaticKVCache | None = None
+        self._row_logits: ExactRowLogits | None = None
+        self._linears: ExactLinears | None = None
+        self._step_ops: FusedStepOps | None = None
 
     def prefill(self, input_ids, prompt_mask, positions, pixel_values, image_grid_thw, capacity: int) -> float:
         """Fill a static cache sized for the whole plan with the prompt; returns the vision seconds."""
@@ -112,19 +137,56 @@ class FastRunner:
         )
         return result.vision_seconds
 
-    def open_rows(self, masked: torch.Tensor) -> Any:
+    def open_rows(self, masked: torch.Tensor) -> OpenRows | None:
         """None when nothing is masked, else the flat indices of masked rows (CPU) or `ALL_ROWS`; one read."""
         if not self.masked_rows_only:
             return ALL_ROWS if masked.any() else None
         rows = masked.reshape(-1).nonzero().squeeze(1)  # the step's one device->host read
         return rows if rows.numel() else None
 
+    def row_logits(self, rows: torch.Tensor, block_shape: tuple[int, int]) -> torch.Tensor | None:
+        """Logits [N, V] of hidden rows [N, D] of a [B, L] block with the bits the output layer gives them in the
+        whole block, at a cost that follows N (float32 CPU: `cpu_kernels.ExactRowLogits`); None where not available.
+        """
+        if self.device.type != "cpu":
+            return None
+        if self._row_logits is None:
+            self._row_logits = ExactRowLogits(self.backbone.model.lm_head)
+        return self._row_logits(rows, block_shape)
+
+    def block_kernels(self, block_shape: tuple[int, int]) -> contextlib.AbstractContextManager[Any]:
+        """Within: the text layers' projections compute a [B, L] block's rows with the bits they have anyway, on
+        CPU through `cpu_kernels.ExactLinears` (float32); elsewhere this changes nothing."""
+        if self.device.type != "cpu":
+            return contextlib.nullcontext()
+        if self._linears is None:
+            self._linears = ExactLinears(list(self.backbone.model.model.language_model.layers.modules()))
+        return self._linears.installed(block_shape)
+
+    def step_ops(self) -> contextlib.AbstractContextManager[Any]:
+        """The replaced step kernels around a step's forward (`fused`, or the tier-1 Triton kernels), else nothing."""
+        if not (self.fused or self.triton_exact):
+            return contextlib.nullcontext()
+        if self._step_ops is None:
+            language_model = self.backbone.model.model.language_model
+            if self.fused:
+                kernels = triton_kernels.FUSED if self.triton_fused else None
+                self._step_ops = FusedStepOps(language_model, triton=kernels)
+            else:
+                self._step_ops = FusedStepOps(language_model, triton=triton_kernels.EXACT, compile_chains=False)
+        return self._step_ops.installed()
+
+    @property
+    def fused_ops(self) -> FusedStepOps | None:
+        """The step ops built so far (None before the first fused step)."""
+        return self._step_ops
+
     def _replayed(self, tokens, positions, block_start: int) -> torch.Tensor | None:
         """The block step's logits from its CUDA graph, or None when the step must run eagerly."""
         if self.graphs is None or not self.graphs.enabled:
             return None
         assert self.cache is not None
-        return self.graphs.run(self.cache, tokens, positions, block_start, self.backbone, self.torch_compile)
+        return self.graphs.run(self.cache, tokens, positions, block_start, self)
 
     def _block_logits(self, tokens, positions, mask, block_start: int) -> torch.Tensor:
         assert self.cache is not None
@@ -137,29 +199,38 @@ class FastRunner:
         """The block's last hidden states from an eager forward writing its slots (CPU kernels where they apply)."""
         assert self.cache is not None
         self.cache.place(block_start, tokens.shape[1])
-        with self.backbone.block_kernels(tuple(tokens.shape)), step_ops(self.backbone, self.torch_compile):
+        with self.block_kernels(tuple(tokens.shape)), self.step_ops():
             return self.backbone.step_hidden(tokens, positions, mask, self.cache)
 
-    def propose(self, tokens, positions, mask, block_start: int, rows: Any, config: DecodeConfig, generator):
+    def bucket_step(self, tokens, positions, mask, cache: StaticKVCache) -> torch.Tensor:
+        """What a CUDA graph holds: the block forward on `cache` as placed, with the step ops, then the logits."""
+        with self.step_ops():
+            hidden = self.backbone.step_hidden(tokens, positions, mask, cache)
+        return self.backbone.output_logits(hidden)
+
+    def _sample(self, logits: torch.Tensor, sampling: SamplingParams, uniform) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.triton_fused and sampling.temperature == 0:  # tier 2: one pass over the logits (not bit-identical)
+            return triton_kernels.argmax_probability(logits)
+        return sample_tokens(logits, sampling.temperature, sampling.top_k, sampling.top_p, uniform=uniform)
+
+    def propose(self, tokens, positions, mask, block_start: int, rows: OpenRows, sampling: SamplingParams, generator):
         """Per position a proposal and its probability; on CPU the output layer runs on masked rows only."""
         batch, length = tokens.shape
         total = batch * length
         uniform = None
-        if config.temperature != 0:  # one draw per position, as the exact path, whatever rows are computed
+        if sampling.temperature != 0:  # one draw per position, as the exact path, whatever rows are computed
             uniform = draw_uniform(total, self.backbone.dtype, self.device, generator)
-        if isinstance(rows, str):
-            logits = self._block_logits(tokens, positions, mask, block_start)
-            return sample_tokens(logits, config.temperature, config.top_k, config.top_p, uniform=uniform)
+        if isinstance(rows, AllRows):
+            return self._sample(self._block_logits(tokens, positions, mask, block_start), sampling, uniform)
         hidden = self._hidden(tokens, positions, mask, block_start)
         flat = hidden.reshape(total, -1)
         picked = flat if rows.numel() == total else flat.index_select(0, rows)
-        logits = self.backbone.row_logits(picked, (batch, length))
+        logits = self.row_logits(picked, (batch, length))
         if logits is None:  # no exact row kernel here: every row, as the exact engine computes them
-            logits = self.backbone.output_logits(hidden)
-            return sample_tokens(logits, config.temperature, config.top_k, config.top_p, uniform=uniform)
+            return self._sample(self.backbone.output_logits(hidden), sampling, uniform)
         chosen = None if uniform is None else uniform.index_select(0, rows)
         sampled, probs = sample_tokens(
-            logits.unsqueeze(0), config.temperature, config.top_k, config.top_p, uniform=chosen
+            logits.unsqueeze(0), sampling.temperature, sampling.top_k, sampling.top_p, uniform=chosen
         )
         proposal = tokens.reshape(-1).index_copy(0, rows, sampled.reshape(-1).to(tokens.dtype))
         confidence = torch.zeros(total, dtype=probs.dtype, device=probs.device).index_copy_(0, rows, probs.reshape(-1))
@@ -174,33 +245,29 @@ class FastRunner:
         self._hidden(tokens, positions, mask, block_start)
 
 
-def step_ops(backbone: BlockDiffusionBackbone, torch_compile: bool) -> contextlib.AbstractContextManager[Any]:
-    """The fused kernels around a step's forward when `torch_compile` is on, else nothing."""
-    return backbone.fused_ops() if torch_compile else contextlib.nullcontext()
+def triton_kernels_available(device: torch.device) -> bool:
+    """Whether the engines use the Triton kernels on `device`: CUDA with Triton (not interpreted); on the CPU
+    only under the interpreter when `triton_kernels.ENGINES_ON_INTERPRETER` is set (tests of the wiring)."""
+    if not triton_kernels.available():
+        return False
+    if triton_kernels.interpreted():
+        return triton_kernels.ENGINES_ON_INTERPRETER
+    return device.type == "cuda"
 
 
 class CudaGraphSteps:
-    """Captured denoising forwards (block forward + output layer) per (batch, block, capacity bucket, fused).
+    """Captured denoising forwards (block forward + output layer) of one runner per (batch, block, capacity bucket).
 
     `capture=False` runs the very computation a graph would hold eagerly, on any device: the step over the
     whole bucket with the slots past the block masked out (what CPU tests check against the exact engine).
     """
 
-    def __init__(self, backbone: BlockDiffusionBackbone, capture: bool = True, kept_buckets: int = KEPT_BUCKETS):
+    def __init__(self, capture: bool = True, kept_buckets: int = KEPT_BUCKETS) -> None:
         self.enabled = True
         self.capture = capture
         self.kept_buckets = kept_buckets
         self.caches: dict[tuple[int, int], StaticKVCache] = {}  # in order of last use
         self.graphs: dict[tuple[int, int, int], dict[str, Any]] = {}
-
-    @classmethod
-    def for_backbone(cls, backbone: BlockDiffusionBackbone) -> CudaGraphSteps:
-        """The backbone's graph store (kept across decode calls so captures are reused)."""
-        store = getattr(backbone, "_cuda_graph_steps", None)
-        if store is None:
-            store = cls(backbone)
-            backbone._cuda_graph_steps = store  # type: ignore[attr-defined]
-        return store
 
     def cache_for(self, batch: int, capacity: int) -> StaticKVCache:
         """The persistent cache of a bucket (graphs hold its addresses). Only the `kept_buckets` most recently
@@ -218,18 +285,16 @@ class CudaGraphSteps:
                 del self.graphs[graph_key]
         return cache
 
-    def run(
-        self, cache: StaticKVCache, tokens, positions, block_start: int, backbone, fused: bool = False
-    ) -> torch.Tensor | None:
-        """Replay (capturing on first use) the step for this shape; None (eager fallback) if capture fails."""
+    def run(self, cache: StaticKVCache, tokens, positions, block_start: int, runner: FastRunner) -> torch.Tensor | None:
+        """Replay (capturing on first use) `runner`'s step for this shape; None (eager fallback) if capture fails."""
         batch, length = tokens.shape
-        key = (batch, length, cache.capacity, fused)
+        key = (batch, length, cache.capacity)
         entry = self.graphs.get(key)
         if entry is None:
             entry = self._static_inputs(cache, tokens, positions, block_start)
             if self.capture:
                 try:
-                    self._capture(entry, cache, block_start, backbone, fused)
+                    self._capture(entry, cache, block_start, runner)
                 except Exception as exc:  # any capture failure: run eagerly from now on
                     LOG.warning("CUDA graph capture failed (%s); fast engine continues without graphs", exc)
                     self.enabled = False
@@ -237,7 +302,7 @@ class CudaGraphSteps:
             self.graphs[key] = entry
         self._load(entry, tokens, positions, block_start)
         if not self.capture:
-            return self._bucket_step(entry, cache, block_start, backbone, fused)
+            return self._bucket_step(entry, cache, block_start, runner)
         entry["graph"].replay()
         return entry["logits"]
 
@@ -264,25 +329,21 @@ class CudaGraphSteps:
         entry["mask"].copy_(entry["slots"] < block_start + length)
 
     @staticmethod
-    def _bucket_step(
-        entry: dict[str, Any], cache: StaticKVCache, block_start: int, backbone, fused: bool
-    ) -> torch.Tensor:
+    def _bucket_step(entry: dict[str, Any], cache: StaticKVCache, block_start: int, runner: FastRunner) -> torch.Tensor:
         """What a graph holds: the block forward attending over the whole bucket (masked), then the logits."""
         cache.write_positions = entry["write"]
         cache.start, cache.attend = block_start, cache.capacity
-        with step_ops(backbone, fused):
-            hidden = backbone.step_hidden(entry["tokens"], entry["positions"], entry["mask"], cache)
-        return backbone.output_logits(hidden)
+        return runner.bucket_step(entry["tokens"], entry["positions"], entry["mask"], cache)
 
-    def _capture(self, entry: dict[str, Any], cache: StaticKVCache, block_start: int, backbone, fused: bool) -> None:
+    def _capture(self, entry: dict[str, Any], cache: StaticKVCache, block_start: int, runner: FastRunner) -> None:
         device = entry["tokens"].device
         stream = torch.cuda.Stream(device)
         stream.wait_stream(torch.cuda.current_stream(device))
         with torch.cuda.stream(stream):
             for _ in range(2):  # warm-up outside the graph (allocator, lazy inits)
-                self._bucket_step(entry, cache, block_start, backbone, fused)
+                self._bucket_step(entry, cache, block_start, runner)
         torch.cuda.current_stream(device).wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            entry["logits"] = self._bucket_step(entry, cache, block_start, backbone, fused)
+            entry["logits"] = self._bucket_step(entry, cache, block_start, runner)
         entry["graph"] = graph

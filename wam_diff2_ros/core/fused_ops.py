@@ -1,7 +1,7 @@
-"""Opt-in fused kernels for the fast engine's step (`DecodeConfig.torch_compile`): fewer, larger GPU kernels.
+"""The fused engine's step kernels (`engine: fused`; `DecodeConfig.torch_compile`): fewer, larger GPU kernels.
 
 With CUDA graphs a 2B denoising step is bound by its ~1,800 small kernels, not by its matrix products (H200,
-2026-12-04, scripts/profile_gpu_step.py): every RMSNorm is eight element-wise kernels in eager PyTorch, the rotary
+2026-12-04, wam-diff2-bench profile-gpu-step): every RMSNorm is eight element-wise kernels in eager PyTorch, the rotary
 embedding ten, the SiLU gate two, and the attention copies the shared key/value heads once per query head
 (`repeat_kv`) before a masked SDPA kernel that runs one thread block per head. Here `torch.compile` turns each
 chain into one kernel, and the attention becomes `grouped_attention`: matrix products in which each key/value
@@ -13,7 +13,7 @@ into the step's CUDA graph like the rest.
 Not bit-identical: a fused kernel may sum the RMSNorm's squares in another order, keep intermediate values in
 float32 and normalise the attention weights before rounding them, so the logits can differ in the last bits
 and a token can differ from the exact engine's. The
-option is off by default; the agreement with the exact engine is measured (scripts/engine_agreement.py,
+option is off by default; the agreement with the exact engine is measured (`wam-diff2-bench agreement`,
 README). The norms and MLPs are routed per module instance; the rotary function and the `sdpa` attention
 entry are module-level in transformers, so while any `FusedStepOps` is installed they are replaced by routes
 that serve the fused versions only to the context (thread) that installed them and the stock ones to every
@@ -21,6 +21,10 @@ other caller: another engine decoding at the same time is not affected. Where `t
 compiler, no Triton), the stock modules run and one line is logged;
 under a Python dispatch mode (the benchmark's op counter) the plain chains run. Meant for CUDA: on CPU the
 fast engine's exact kernels are faster than the compiled chains' call overhead saves.
+
+A set of Triton kernels (`triton_kernels.StepKernels`) replaces the chains it has: the fused engine's split-KV
+attention on CUDA (`triton_kernels.FUSED`), or, with `compile_chains=False`, the fast engine's bit-identical
+element-wise kernels (`triton_kernels.EXACT`) with everything else stock.
 """
 
 from __future__ import annotations
@@ -96,7 +100,7 @@ def grouped_attention(
 class FusedStepOps:
     """The text model's RMSNorms, rotary embedding and MLP gates, each as one compiled kernel while installed."""
 
-    def __init__(self, language_model: torch.nn.Module) -> None:
+    def __init__(self, language_model: torch.nn.Module, triton: Any = None, compile_chains: bool = True) -> None:
         modules = list(language_model.modules())
         self.norms = [m for m in modules if type(m).__name__.endswith("RMSNorm") and hasattr(m, "variance_epsilon")]
         self.mlps = [m for m in modules if all(hasattr(m, n) for n in ("gate_proj", "up_proj", "down_proj", "act_fn"))]
@@ -106,30 +110,42 @@ class FusedStepOps:
         self.attention_functions = getattr(self.rotary_home, "ALL_ATTENTION_FUNCTIONS", None)
         self.failed = False
         self.compiled: dict[str, Callable[..., Any]] = {}
-        self.rotary = self._compiled("rotary", rotary)
-        self.attention = self._compiled("grouped_attention", grouped_attention)
-        norm, gate = self._compiled("rms_norm", rms_norm), self._compiled("silu_gate", silu_gate)
+
+        def chain(name: str, function: Callable[..., Any]) -> Callable[..., Any] | None:
+            """The Triton set's kernel for a chain, else the compiled chain (None: the stock module runs)."""
+            kernel = getattr(triton, name, None)
+            if kernel is not None:
+                return self._guarded(f"Triton {name}", kernel, function)
+            return self._compiled(function.__name__, function) if compile_chains else None
+
+        self.rotary = chain("rotary", rotary)
+        self.attention = chain("attention", grouped_attention)
+        norm, gate = chain("rms_norm", rms_norm), chain("silu_gate", silu_gate)
         # the per-module forwards, built once: installing them is then only attribute assignments
-        self.forwards = [(m, functools.partial(_norm_forward, norm, m)) for m in self.norms]
-        self.forwards += [(m, functools.partial(_mlp_forward, gate, m)) for m in self.mlps]
+        self.forwards = [(m, functools.partial(_norm_forward, norm, m)) for m in self.norms] if norm else []
+        self.forwards += [(m, functools.partial(_mlp_forward, gate, m)) for m in self.mlps] if gate else []
 
     def _compiled(self, name: str, function: Callable[..., Any]) -> Callable[..., Any]:
-        """`function` compiled (lazily, on first call) and guarded: it falls back to `function`, for good, when
-        compiling or running the compiled one fails."""
+        """`function` compiled (lazily, on first call) and guarded (see `_guarded`)."""
         import torch._inductor.config as inductor_config
 
         options = {}
         if hasattr(inductor_config, "emulate_precision_casts"):
             options["emulate_precision_casts"] = True  # round where eager rounds (bf16 intermediates)
         compiled = self.compiled[name] = torch.compile(function, fullgraph=True, options=options)
+        return self._guarded(f"torch.compile of {name}", compiled, function)
+
+    def _guarded(self, label: str, kernel: Callable[..., Any], function: Callable[..., Any]) -> Callable[..., Any]:
+        """`kernel` that falls back to `function`, for good, when it fails (no compiler, no Triton, an unsupported
+        op), and under a Python dispatch mode (dynamo cannot trace under one; the op counter counts the chain)."""
 
         def guarded(*args: Any, **kwargs: Any) -> Any:
-            if self.failed or _get_current_dispatch_mode() is not None:  # dynamo cannot trace under a dispatch mode
+            if self.failed or _get_current_dispatch_mode() is not None:
                 return function(*args, **kwargs)
             try:
-                return compiled(*args, **kwargs)
-            except Exception as exc:  # no compiler/Triton, unsupported op: the stock computation from now on
-                LOG.warning("torch.compile of the step's fused ops failed (%s); the stock modules run", exc)
+                return kernel(*args, **kwargs)
+            except Exception as exc:  # the stock computation from now on
+                LOG.warning("%s in the step's fused ops failed (%s); the stock modules run", label, exc)
                 self.failed = True
                 return function(*args, **kwargs)
 
@@ -200,13 +216,13 @@ def _restore_entry(functions: Any, local: Callable[..., Any] | None) -> None:
 def _route_rotary(*args: Any, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
     ops, stock = _ACTIVE.get(), _MODULE_ROUTES.stock_rotary
     assert stock is not None
-    return stock(*args, **kwargs) if ops is None else ops.rotary(*args, **kwargs)
+    return stock(*args, **kwargs) if ops is None or ops.rotary is None else ops.rotary(*args, **kwargs)
 
 
 def _route_attention(module: torch.nn.Module, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, Any]:
     ops, stock = _ACTIVE.get(), _MODULE_ROUTES.stock_attention
     assert stock is not None
-    if ops is None:
+    if ops is None or ops.attention is None:
         return stock(module, *args, **kwargs)
     return _attention_forward(ops.attention, stock, module, *args, **kwargs)
 

@@ -11,7 +11,6 @@ the API differences between transformers 4.57 and 5.x (cache keyword, output fie
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import inspect
 import time
@@ -267,38 +266,3 @@ class BlockDiffusionBackbone:
     def output_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """The output layer (vocabulary logits) for hidden states [..., D]."""
         return self.model.lm_head(hidden)
-
-    def row_logits(self, rows: torch.Tensor, block_shape: tuple[int, int]) -> torch.Tensor | None:
-        """Logits [N, V] of hidden rows [N, D] of a [B, L] block with the bits `output_logits` gives them in the
-        whole block, at a cost that follows N (float32 CPU: `cpu_kernels.ExactRowLogits`); None where not available.
-        """
-        if self.device.type != "cpu":
-            return None
-        layer = getattr(self, "_row_logits", None)
-        if layer is None:
-            from .cpu_kernels import ExactRowLogits
-
-            layer = self._row_logits = ExactRowLogits(self.model.lm_head)
-        return layer(rows, block_shape)
-
-    def block_kernels(self, block_shape: tuple[int, int]) -> contextlib.AbstractContextManager[None]:
-        """Within: the text layers' projections compute a [B, L] block's rows with the bits they have anyway, on
-        CPU through `cpu_kernels.ExactLinears` (float32); elsewhere this changes nothing."""
-        if self.device.type != "cpu":
-            return contextlib.nullcontext()
-        linears = getattr(self, "_exact_linears", None)
-        if linears is None:
-            from .cpu_kernels import ExactLinears
-
-            linears = self._exact_linears = ExactLinears(list(self.model.model.language_model.layers.modules()))
-        return linears.installed(block_shape)
-
-    def fused_ops(self) -> contextlib.AbstractContextManager[None]:
-        """Within: the text model's norms, rotary embedding and MLP gates run as compiled kernels
-        (`fused_ops.FusedStepOps`, the fast engine's opt-in `torch_compile`; not bit-identical)."""
-        ops = getattr(self, "_fused_ops", None)
-        if ops is None:
-            from .fused_ops import FusedStepOps
-
-            ops = self._fused_ops = FusedStepOps(self.model.model.language_model)
-        return ops.installed()

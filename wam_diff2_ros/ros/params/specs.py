@@ -119,7 +119,7 @@ PARAMETER_SPECS: tuple[ParameterSpec, ...] = (
     ParameterSpec(
         "decoding.seed", NO_SEED if _DECODE.seed is None else _DECODE.seed, "random seed for sampling; -1 = none"
     ),
-    ParameterSpec("decoding.engine", _DECODE.engine, "|".join(ENGINES) + "; auto = fast where shown token-identical"),
+    ParameterSpec("decoding.engine", _DECODE.engine, "|".join(ENGINES) + "; auto: see docs/engine.md"),
     ParameterSpec("decoding.cuda_graphs", _DECODE.cuda_graphs, "fast engine on CUDA: replay captured steps"),
     ParameterSpec(
         "decoding.torch_compile", _DECODE.torch_compile, "fast engine: fused step kernels (not bit-identical to exact)"

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """How fast a denoising step's matrix products and attention can be, by variant: data for the next change.
 
 A step multiplies 32 rows (batch 1 x block 32) by every text weight. The H200 profile (README) puts the
@@ -15,19 +14,20 @@ against the same weights as one linear product. On CUDA each variant is captured
 replayed (as in the engine; median of `--replays`), so launch overhead is not counted; a variant this torch
 or device lacks is reported and skipped.
 
-    python scripts/probe_gpu_kernels.py --json kernels.json            # CUDA, the 2B shapes, bf16
-    python scripts/probe_gpu_kernels.py --tiny --device cpu          # checks the script anywhere
+    wam-diff2-bench probe-gpu-kernels --json kernels.json            # CUDA, the 2B shapes, bf16
+    wam-diff2-bench probe-gpu-kernels --tiny --device cpu          # checks the script anywhere
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
-from profile_gpu_step import host_ms, median_ms  # scripts/: CUDA-event timing of replays, host timing
+
+from wam_diff2_ros.bench.timing import host_ms, median_ms
 
 # WAM-Diff2-B32-2B text model (core/model.py wam_diff2_2b_config) and a tiny stand-in for script checks
 SHAPES = {
@@ -40,7 +40,7 @@ CONTEXT = 2304  # the capacity bucket of a 1080p plan (2105-token prompt + 128 n
 
 
 def timed_ms(function: Callable[[], object], device: torch.device, replays: int) -> float:
-    """Median ms of `function` (CUDA: captured once into a graph and replayed, timed as profile_gpu_step.py
+    """Median ms of `function` (CUDA: captured once into a graph and replayed, timed as profile-gpu-step
     times its replays; elsewhere called and timed on the host)."""
     if device.type == "cuda":
         stream = torch.cuda.Stream(device)
@@ -220,14 +220,18 @@ def attention(
             print(f"  {name}: not available here ({type(exc).__name__}: {str(exc)[:80]})")
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="wam-diff2-bench probe-gpu-kernels",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--dtype", default=None, help="default: bfloat16 on CUDA, float32 elsewhere")
     parser.add_argument("--tiny", action="store_true", help="tiny shapes (a check of the script)")
     parser.add_argument("--replays", type=int, default=20)
     parser.add_argument("--json", type=Path)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     device = torch.device(args.device)
     dtype = getattr(torch, args.dtype or ("bfloat16" if device.type == "cuda" else "float32"))
     size = "tiny" if args.tiny else "2b"

@@ -8,27 +8,27 @@ Decodes the benchmark's workload once per engine variant (CUDA graphs on), then
 - profiles one more plan with a profiler range per decoder phase (prefill, vision inside it, step, block,
   commit): per phase the host wall time, the GPU time of the kernels that start in it, their count and kinds
   (`plan_phases`). GPU time well under the wall time marks a phase bound by the host (launches, syncs).
-Takes `wam-diff2-bench`'s flags (only `fast` and `fast-compiled` have graphs; the plan profile runs anywhere):
+Takes `wam-diff2-bench`'s flags (only `fast` and `fused` have graphs; the plan profile runs anywhere):
 
-    python scripts/profile_gpu_step.py --random-2b --device cuda --dtype bfloat16 --width 1920 --height 1080 \
-        --engine fast --engine fast-compiled --json profile.json
+    wam-diff2-bench profile-gpu-step --random-2b --device cuda --dtype bfloat16 --width 1920 --height 1080 \
+        --engine fast --engine fused --json profile.json
 """
 
 from __future__ import annotations
 
 import bisect
 import json
-import statistics
-import sys
-import time
 from collections import defaultdict
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 
+from wam_diff2_ros.bench.flags import build_parser, settings_from
 from wam_diff2_ros.bench.runs import engine_config, load_engine, workload
-from wam_diff2_ros.cli.bench import build_parser, settings_from
-from wam_diff2_ros.core.decoding import sample_tokens, select_transfers
+from wam_diff2_ros.bench.timing import median_ms
+from wam_diff2_ros.core.decoding import select_transfers
+from wam_diff2_ros.core.sampling import sample_tokens
 
 KINDS = (  # first match wins; lower-case substrings of kernel names
     ("attention", ("fmha", "flash", "attention", "efficient")),
@@ -41,32 +41,6 @@ def kind_of(name: str) -> str:
     """The kind of a kernel, from its name."""
     lowered = name.lower()
     return next((kind for kind, keys in KINDS if any(k in lowered for k in keys)), "other")
-
-
-def median_ms(function: Any, repeats: int) -> float:
-    """Median milliseconds of `function()` on the current stream (CUDA events, after 3 warm-up calls)."""
-    for _ in range(3):
-        function()
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        function()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
-
-
-def host_ms(function: Any, repeats: int) -> tuple[float, float]:
-    """(median, best) wall-clock milliseconds of `function()` after one warm-up call (host timing, any device)."""
-    function()
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        function()
-        times.append((time.perf_counter() - started) * 1e3)
-    return statistics.median(times), min(times)
 
 
 def rest_of_step_ms(logits: torch.Tensor, repeats: int) -> float:
@@ -220,22 +194,31 @@ def print_plan(name: str, phases: dict[str, Any]) -> None:
         )
 
 
-def main() -> int:
-    parser = build_parser()
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser(prog="wam-diff2-bench profile-gpu-step", description=__doc__.split("\n\n")[0])
     parser.add_argument("--replays", type=int, default=50)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     settings = settings_from(args)
     engine = load_engine(settings)
     conversations, base = workload(settings)
-    results: dict[str, Any] = {"step_graphs": {}, "plan_phases": {}}
+    model = engine.backbone.model
+    products = [m for m in model.model.language_model.layers.modules() if isinstance(m, torch.nn.Linear)]
+    results: dict[str, Any] = {
+        "step_graphs": {},
+        "plan_phases": {},
+        # what a step's matrix products read: the text layers' and the output layer's weights
+        "product_weight_mb": sum(m.weight.nbytes for m in [*products, model.lm_head]) / 2**20,
+        "text_layers": len(model.model.language_model.layers),
+    }
     for name in settings.engine:
         config = engine_config(base, name).with_overrides(cuda_graphs=True)
         for _ in range(2):  # capture, then a plain run
             engine.generate_conversations(conversations, config)
         results["plan_phases"][name] = phases = profile_plan(engine, conversations, config)
         print_plan(name, phases)
-        store = getattr(engine.backbone, "_cuda_graph_steps", None)
-        entries = [e for k, e in (store.graphs.items() if store else []) if k[3] == config.torch_compile]
+        fast_runner = engine.runners.select(config.engine, config.cuda_graphs, config.torch_compile)
+        store = getattr(fast_runner, "graphs", None)
+        entries = list(store.graphs.values()) if store else []
         if not entries:
             print(f"{name}: no captured step graph (not CUDA, or the capture failed)")
             continue
@@ -252,7 +235,3 @@ def main() -> int:
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

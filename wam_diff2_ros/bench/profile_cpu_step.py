@@ -11,7 +11,7 @@ Milliseconds per step are a part's time over the plans divided by their denoisin
 includes the commit forwards).
 Takes `wam-diff2-bench`'s flags; set OMP_NUM_THREADS and compare within one run:
 
-    OMP_NUM_THREADS=2 python scripts/profile_cpu_step.py --random-2b --text-layers 4 --vision-layers 2 \
+    OMP_NUM_THREADS=2 wam-diff2-bench profile-cpu-step --random-2b --text-layers 4 --vision-layers 2 \
         --device cpu --dtype float32 --width 640 --height 360 --max-new-tokens 32 --json cpu_step.json
 """
 
@@ -22,14 +22,14 @@ import json
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
-from profile_gpu_step import host_ms  # scripts/: the host timing loop the other scripts use
 
+from wam_diff2_ros.bench.flags import build_parser, settings_from
 from wam_diff2_ros.bench.runs import engine_config, load_engine, workload
-from wam_diff2_ros.cli.bench import build_parser, settings_from
+from wam_diff2_ros.bench.timing import host_ms
 from wam_diff2_ros.core import decoding, fast_decoding
 from wam_diff2_ros.core.cpu_kernels import kernel_paths
 from wam_diff2_ros.core.model import BlockDiffusionBackbone
@@ -79,7 +79,12 @@ def profile(engine: Any, conversations: list, config: Any, plans: int) -> dict[s
     with contextlib.ExitStack() as stack:
         hooks = (
             (BlockDiffusionBackbone, "step_hidden", "layers", lambda args: 2.0 * args[1].numel() * weights),
-            (BlockDiffusionBackbone, "row_logits", "output layer", lambda args: 2.0 * args[1].shape[0] * head.numel()),
+            (
+                fast_decoding.FastRunner,
+                "row_logits",
+                "output layer",
+                lambda args: 2.0 * args[1].shape[0] * head.numel(),
+            ),
             (fast_decoding, "sample_tokens", "sampling", None),
             (decoding, "select_transfers", "remasking selection", None),
         )
@@ -101,14 +106,14 @@ def profile(engine: Any, conversations: list, config: Any, plans: int) -> dict[s
     return figures
 
 
-def main() -> int:
-    parser = build_parser()
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser(prog="wam-diff2-bench profile-cpu-step", description=__doc__.split("\n\n")[0])
     parser.add_argument("--plans", type=int, default=1, help="timed plans after one warm-up plan")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     settings = settings_from(args)
     engine = load_engine(settings)
     if engine.backbone.device.type != "cpu":
-        print("profile_cpu_step.py profiles the CPU engine; use --device cpu", file=sys.stderr)
+        print("wam-diff2-bench profile-cpu-step profiles the CPU engine; use --device cpu", file=sys.stderr)
         return 2
     conversations, base = workload(settings)
     config = engine_config(base, "fast")
@@ -129,7 +134,3 @@ def main() -> int:
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,7 +1,6 @@
-#!/usr/bin/env python3
 """Time ``image_msg_to_rgb`` per encoding at 1080p (and JPEG/PNG decode), median of N runs, in ms.
 
-    .venv/bin/python scripts/bench_conversions.py [--repeat 30] [--width 1920 --height 1080] [--threads N]
+    wam-diff2-bench conversions [--repeat 30] [--width 1920 --height 1080] [--threads N]
 
 Each message is built once (as a subscriber receives it: serialised and deserialised by rclpy), then
 converted ``--repeat`` times. ``--threads`` sets ``cv2.setNumThreads`` (default: OpenCV's own choice).
@@ -11,23 +10,20 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
+from collections.abc import Sequence
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-
-def main() -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     """Print one line per encoding: median and best time of the conversion to RGB."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="wam-diff2-bench conversions", description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=30)
     parser.add_argument("--width", type=int, default=1920)
     parser.add_argument("--height", type=int, default=1080)
     parser.add_argument("--threads", type=int, default=None)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     import cv2
     from rclpy.serialization import deserialize_message, serialize_message
@@ -71,7 +67,3 @@ def main() -> int:
         median, best = timed(conversions.compressed_msg_to_rgb, msg)
         print(f"{kind:<14} {median:>10.2f} {best:>9.2f}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

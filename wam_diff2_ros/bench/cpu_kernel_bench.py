@@ -5,30 +5,30 @@ that many rows of a 1 x 32 block and of `lm_head` on the same rows, and whether 
 `lm_head` gives it in the whole block. Projections (the 2B text layer's shapes, `--projections`): a 1 x 32
 block through the kernel and through `nn.Linear`. Set OMP_NUM_THREADS; compare within one run.
 
-    OMP_NUM_THREADS=2 python scripts/bench_cpu_kernels.py --width 256 --width 2048 --projections
+    OMP_NUM_THREADS=2 wam-diff2-bench cpu-kernels --width 256 --width 2048 --projections
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
+from collections.abc import Sequence
 
 import torch
-from profile_gpu_step import host_ms  # scripts/: the host timing loop the other scripts use
 
+from wam_diff2_ros.bench.timing import host_ms
 from wam_diff2_ros.core.cpu_kernels import ExactLinears, ExactRowLogits
 
 PROJECTIONS = ((2048, 2048), (1024, 2048), (6144, 2048), (2048, 6144))  # (out, in): q/o, k/v, gate/up, down
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="wam-diff2-bench cpu-kernels", description=__doc__.split("\n\n")[0])
     parser.add_argument("--width", type=int, action="append", help="hidden width (repeatable; default 256, 2048)")
     parser.add_argument("--vocab", type=int, default=151_936)
     parser.add_argument("--rows", type=int, nargs="+", default=[4, 8, 16, 24, 32])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--projections", action="store_true", help="also the 2B text layer's projections")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {torch.backends.cpu.get_cpu_capability()}")
     all_same = True
     for width in args.width or [256, 2048]:
@@ -70,7 +70,3 @@ def main() -> int:
             f"({stock / kernel:4.1f}x), same bits {same}"
         )
     return 0 if all_same else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

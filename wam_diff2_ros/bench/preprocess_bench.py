@@ -1,9 +1,8 @@
-#!/usr/bin/env python3
 """Time the image preprocessing of one camera frame (host side), median and best of N, in one process.
 
-    OMP_NUM_THREADS=2 python scripts/bench_preprocess.py --width 1920 --height 1080 --repeats 15
+    OMP_NUM_THREADS=2 wam-diff2-bench preprocess --width 1920 --height 1080 --repeats 15
     git show REV:wam_diff2_ros/core/processor.py > /tmp/old_processor.py
-    python scripts/bench_preprocess.py --previous /tmp/old_processor.py
+    wam-diff2-bench preprocess --previous /tmp/old_processor.py
 
 Rows: `host` is what the engine does on the CPU before moving an image to a GPU (resize, cut into uint8
 patches); `host + pixel values` adds building the float32 pixel values on the CPU (what a CPU engine does).
@@ -17,12 +16,13 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import torch
-from profile_gpu_step import host_ms  # scripts/: the host timing loop the GPU scripts use too
 
+from wam_diff2_ros.bench.timing import host_ms
 from wam_diff2_ros.core import processor
 
 
@@ -35,13 +35,15 @@ def load_module(path: Path) -> object:
     return module
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="wam-diff2-bench preprocess", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--width", type=int, default=1920)
     parser.add_argument("--height", type=int, default=1080)
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--previous", type=Path, help="another core/processor.py to compare with")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     frame = np.random.default_rng(0).integers(0, 256, (args.height, args.width, 3), dtype=np.uint8)
     config = processor.ImageProcessorConfig()
     rows = {
