@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from wam_diff2_ros.demo import expand as demo_files
-from wam_diff2_ros.demo.train.config import TRAIN_DRIVE_SEEDS, ModelSizes
+from wam_diff2_ros.demo.train.config import DRIVE_SAMPLE_SEEDS, TRAIN_DRIVE_SEEDS, ModelSizes
 from wam_diff2_ros.demo.train.loop import TrainSettings, log, train
 
 
@@ -40,6 +40,12 @@ def print_report(metrics: dict[str, Any]) -> None:
             f"(truth {entry['mean_gt_final_y_m']:.2f} m, n={entry['count']})"
         )
     log(f"  checks: {q['checks']}")
+    d = metrics["held_out_drives"]
+    log(
+        f"held-out drives {d['drives']} ({d['samples']} instants): plausible (passes the kinematic gate) "
+        f"{d['plausible_rate']:.3f}, valid format {d['valid_rate']:.3f}"
+        + (f", ADE {d['ade_m']:.2f} m, FDE {d['fde_m']:.2f} m" if d["ade_m"] is not None else "")
+    )
     log(f"  sweeps: {metrics['sweeps']}")
     log(
         f"training {metrics['training_wall_s']:.0f} s, total {metrics['total_wall_s']:.0f} s; "
@@ -76,6 +82,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--threads", type=int, default=defaults.threads)
     parser.add_argument("--probe-every", type=int, default=defaults.probe_every, help="steps between decoder probes")
+    parser.add_argument(
+        "--drive-frames",
+        type=int,
+        default=defaults.drive_frames,
+        help="instants per simulated drive taken as training samples, each also mirrored (0: none)",
+    )
+    parser.add_argument(
+        "--sample-drives",
+        type=int,
+        default=defaults.sample_drives,
+        help=f"simulated drives the --drive-frames come from (<= {len(DRIVE_SAMPLE_SEEDS)})",
+    )
+    parser.add_argument(
+        "--init-from",
+        type=Path,
+        default=None,
+        help="continue training the demo files in this folder (e.g. a copy of the shipped weights)",
+    )
     parser.add_argument("--text-hidden", type=int, default=defaults.sizes.text_hidden)
     parser.add_argument("--text-layers", type=int, default=defaults.sizes.text_layers)
     args = parser.parse_args(argv)
@@ -89,6 +113,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         (1 <= args.train_drives <= len(TRAIN_DRIVE_SEEDS), f"--train-drives must be 1..{len(TRAIN_DRIVE_SEEDS)}"),
         (args.threads >= 1, "--threads must be >= 1"),
         (args.probe_every >= 0, "--probe-every must be >= 0"),
+        (args.drive_frames >= 0, "--drive-frames must be >= 0"),
+        (
+            1 <= args.sample_drives <= len(DRIVE_SAMPLE_SEEDS),
+            f"--sample-drives must be 1..{len(DRIVE_SAMPLE_SEEDS)}",
+        ),
+        (
+            args.init_from is None or (args.init_from / demo_files.COMPACT_WEIGHTS).is_file(),
+            f"--init-from must be a folder holding {demo_files.COMPACT_WEIGHTS} and {demo_files.MANIFEST}",
+        ),
         (args.text_hidden >= 32 and args.text_hidden % 32 == 0, "--text-hidden must be a multiple of 32"),
         (args.text_layers >= 1, "--text-layers must be >= 1"),
     ]
@@ -106,6 +139,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         train_drives=args.train_drives,
         threads=args.threads,
         probe_every=args.probe_every,
+        drive_frames=args.drive_frames,
+        sample_drives=args.sample_drives,
+        init_from=None if args.init_from is None else str(args.init_from),
         sizes=ModelSizes(text_hidden=args.text_hidden, text_layers=args.text_layers),
     )
     command_line = shlex.join(["wam-diff2-train-demo", *(sys.argv[1:] if argv is None else argv)])
