@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Retrain the shipped demo model from scratch, in its two stages, into wam_diff2_ros/demo/weights/ (docs/demo_model.md):
 #
-#   1. base:      synthetic kinematic samples only (3000 steps);                   written to $WORK/base
+#   1. base:      synthetic kinematic samples only (3000 steps);                 written to $WORK/base
 #   2. drives:    continue the base on those samples plus instants of 20 simulated drives and their mirror images
 #                 (what a replay of a sample bag asks); written to the package's demo/weights/ (or $OUT).
 #
@@ -26,6 +26,6 @@ else
     --probe-every 300
 fi
 
-echo "[train_demo] stage 2: continuing on simulated drives (about 45 min on 2 busy cores)"
-"${TRAIN[@]}" --out "$OUT" --init-from "$WORK/base" --train-samples 600 --drive-frames 24 --sample-drives 20 \
-  --epochs 2 --lr 1.5e-3 --eval-samples 30 --probe-every 0
+echo "[train_demo] stage 2: continuing on simulated drives (180 steps)"
+"${TRAIN[@]}" --out "$OUT" --init-from "$WORK/base" --train-samples 480 --drive-frames 24 --sample-drives 20 \
+  --epochs 1 --lr 1.5e-3 --warmup-steps 30 --eval-samples 20 --probe-every 0

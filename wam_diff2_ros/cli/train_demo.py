@@ -70,6 +70,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--noisy-copies", type=int, default=defaults.noisy_copies, help="noisy response copies per sequence"
     )
     parser.add_argument("--lr", type=float, default=defaults.lr)
+    parser.add_argument("--warmup-steps", type=int, default=defaults.warmup_steps, help="linear learning-rate warm-up")
     parser.add_argument("--eval-samples", type=int, default=defaults.eval_samples)
     parser.add_argument(
         "--frames-per-kind", type=int, default=defaults.frames_per_kind, help="turn / straight frames per drive"
@@ -108,6 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         (args.epochs >= 1, "--epochs must be >= 1"),
         (args.noisy_copies >= 1, "--noisy-copies must be >= 1"),
         (args.lr > 0, "--lr must be > 0"),
+        (args.warmup_steps >= 0, "--warmup-steps must be >= 0"),
         (args.eval_samples >= 1, "--eval-samples must be >= 1"),
         (args.frames_per_kind >= 1, "--frames-per-kind must be >= 1"),
         (1 <= args.train_drives <= len(TRAIN_DRIVE_SEEDS), f"--train-drives must be 1..{len(TRAIN_DRIVE_SEEDS)}"),
@@ -134,6 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         batch_size=args.batch_size,
         noisy_copies=args.noisy_copies,
         lr=args.lr,
+        warmup_steps=args.warmup_steps,
         eval_samples=args.eval_samples,
         frames_per_kind=args.frames_per_kind,
         train_drives=args.train_drives,
