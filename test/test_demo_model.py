@@ -172,6 +172,35 @@ def test_safetensors_writer_round_trips_and_is_readable_by_safetensors(tmp_path)
 # Synthetic data
 
 
+def test_drive_samples_are_the_replays_question_and_answer():
+    """A drive instant's sample: the bag's telemetry and command, the track's future in the ego frame (what the
+    replay measures against); its mirror image is the same instant turning the other way."""
+    from wam_diff2_ros.demo.train.drives import drive_samples, future_in_ego_frame
+    from wam_diff2_ros.sim import simulate_drive
+
+    pool, samples = drive_samples([5], 6, seed=3, sizes=[(320, 180)])
+    track = simulate_drive(25.0, 5)
+    assert len(samples) == 12 and len(pool.images) == 12
+    assert {s.command for s in samples[0::2]} >= {"left", "straight"}  # TURN_SHARE of the instants near the turn
+    for sample, mirrored in zip(samples[0::2], samples[1::2], strict=True):
+        parsed = parse_waypoints(sample.answer, current_speed_mps=sample.speed)
+        assert parsed.valid, (sample.answer, parsed.reason)
+        image = pool.images[sample.image_index]
+        assert image.shape == (180, 320, 3)
+        assert np.array_equal(pool.images[mirrored.image_index], image[:, ::-1])
+        assert mirrored.command == {"left": "right", "straight": "straight"}[sample.command]
+        assert np.allclose(np.array(mirrored.waypoints), np.array(sample.waypoints) * [1.0, -1.0])
+        assert mirrored.acceleration == (sample.acceleration[0], -sample.acceleration[1])
+    # The future is the drive's 50 Hz odometry 0.5 .. 4 s later in the ego frame, here mid-turn.
+    instants = [i for i, t in enumerate(track.stamps_ns.tolist()) if track.command_at(t) == "left"]
+    now = instants[len(instants) // 2]
+    later = [now + 25 * k for k in range(1, 9)]  # 50 Hz: 25 samples per 0.5 s
+    dx, dy, yaw = track.x[later] - track.x[now], track.y[later] - track.y[now], track.yaw[now]
+    expected = np.stack([np.cos(yaw) * dx + np.sin(yaw) * dy, -np.sin(yaw) * dx + np.cos(yaw) * dy], axis=1)
+    assert expected[-1, 1] > 3.0  # turning left
+    np.testing.assert_allclose(future_in_ego_frame(track, int(track.stamps_ns[now])), expected, atol=1e-3)
+
+
 def test_ground_truth_follows_command_and_speed():
     rng_choices = {command: [0] for command in train_demo.COMMANDS}
     samples = train_demo.make_samples(400, 123, rng_choices)
@@ -343,3 +372,14 @@ def test_command_sets_the_turn_direction(engine, held_out):
     assert left[-1, 1] > 1.0
     assert right[-1, 1] < -1.0
     assert abs(straight[-1, 1]) < min(left[-1, 1], -right[-1, 1])
+
+
+def test_plans_on_held_out_drives_pass_the_kinematic_gate(engine):
+    """Instants of a drive never trained on, asked as the replay asks them: the plans pass the node's gate."""
+    from wam_diff2_ros.demo.train.drives import drive_samples
+
+    pool, samples = drive_samples(train_demo.HELD_OUT_DRIVE_SEEDS[1:2], 6, seed=train_demo.HELD_OUT_SEED + 7)
+    metrics = train_demo.evaluate(engine, samples, pool.images, DecodeConfig())
+    measured = METRICS["held_out_drives"]["plausible_rate"]
+    assert metrics["plausible_rate"] >= measured - 0.25, metrics  # 12 instants against the measured 48
+    assert metrics["ade_m"] is not None and metrics["ade_m"] < 2.0 * METRICS["held_out_drives"]["ade_m"]

@@ -9,11 +9,13 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from wam_diff2_ros.core.kinematics import check_plan_kinematics
 from wam_diff2_ros.replay.evaluation import (
     HORIZONS_S,
     EgoTrack,
     PlanRecord,
     compute_metrics,
+    invalid_by_rule,
     to_jsonable,
     write_metrics_json,
 )
@@ -309,3 +311,62 @@ def test_invalid_plans_are_counted_by_the_kind_of_their_reason():
     assert sorted(reasons.values()) == [1, 1, 2]
     assert any(kind.startswith("lateral acceleration rule") and count == 2 for kind, count in reasons.items())
     assert reasons["plan marked invalid"] == 1
+
+
+def _red_pixels(path) -> int:
+    """Pixels of matplotlib's tab:red (214, 39, 40), the colour of rejected plans."""
+    with Image.open(path) as img:
+        arr = np.asarray(img.convert("RGB"), int)
+    return int((np.abs(arr - np.array([214, 39, 40])).sum(axis=2) < 30).sum())
+
+
+def test_plot_bev_draws_a_rejected_plan_and_only_then(tmp_path):
+    track = circle_track(seconds=8.0)
+    stamp = T0 + 2 * NS
+    truth = track.future_in_ego_frame(stamp)
+    jumped = truth.copy()
+    jumped[6] += (12.0, 0.0)  # waypoint 7 jumps 12 m ahead: the gate rejects the plan
+    reason = check_plan_kinematics([tuple(p) for p in jumped], 0.5)
+    assert reason
+    rejected = PlanRecord(stamp, False, None, command="left", reason=reason, rejected=jumped)
+    valid = PlanRecord(stamp + NS, True, track.future_in_ego_frame(stamp + NS), command="left")
+    with_rejected = plot_bev([rejected, valid], track, tmp_path / "with.png", num_panels=2)
+    without_points = plot_bev(
+        [PlanRecord(stamp, False, None, command="left", reason=reason), valid],
+        track,
+        tmp_path / "without.png",
+        num_panels=2,
+    )
+    assert _red_pixels(with_rejected) > 200
+    assert _red_pixels(without_points) == 0
+
+
+def test_plan_records_carry_the_rejected_waypoints_and_reason():
+    record = PlanRecord.coerce(
+        {"stamp_ns": T0, "valid": False, "waypoints": None, "reason": "r", "rejected": [[1.0, 0.0]] * 8}
+    )
+    assert record.reason == "r" and record.rejected.shape == (8, 2)
+    assert PlanRecord.coerce({"stamp_ns": T0, "valid": True, "waypoints": [[1.0, 0.0]] * 8}).rejected is None
+
+
+def test_invalid_plans_are_grouped_by_rule_with_the_worst_case_of_each():
+    def turn(speed, curvature):  # a constant-curvature path at `speed`
+        heading, x, y, points = 0.0, 0.0, 0.0, []
+        for _ in range(8):
+            for _ in range(50):
+                x += speed * math.cos(heading) * 0.01
+                y += speed * math.sin(heading) * 0.01
+                heading += speed * curvature * 0.01
+            points.append((round(x, 2), round(y, 2)))
+        return check_plan_kinematics(points, 0.5)
+
+    mild, harsh = turn(15.0, 0.06), turn(15.0, 0.1)  # 13.5 and 22.5 m/s² lateral
+    backward = check_plan_kinematics([(2.0, 0.0), (4.0, 0.0), *[(2.5, 0.0)] * 6], 0.5)
+    groups = invalid_by_rule([mild, backward, harsh, mild, "expected 16 numbers, got 15", None])
+    assert next(iter(groups)) == "lateral acceleration"
+    assert groups["lateral acceleration"] == {"count": 3, "worst": harsh}
+    assert groups["backward"] == {"count": 1, "worst": backward}
+    assert "1.50 m behind" in backward
+    kinds = [key for key in groups if key not in ("lateral acceleration", "backward")]
+    assert len(kinds) == 2 and "plan marked invalid" in kinds
+    assert groups["plan marked invalid"]["count"] == 1

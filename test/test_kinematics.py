@@ -13,7 +13,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from wam_diff2_ros.core.kinematics import DEFAULT_KINEMATIC_LIMITS, KinematicLimits, check_plan_kinematics
+from wam_diff2_ros.core.kinematics import (
+    DEFAULT_KINEMATIC_LIMITS,
+    KINEMATIC_RULES,
+    KinematicLimits,
+    breach_size,
+    check_plan_kinematics,
+    rule_of,
+)
 from wam_diff2_ros.core.parsing import parse_waypoints
 
 pytestmark = pytest.mark.core
@@ -209,3 +216,42 @@ def test_the_gate_can_be_skipped_and_limits_are_checked() -> None:
         with pytest.raises(ValueError):
             KinematicLimits(**bad)
     assert check_plan_kinematics([], DT) == ""
+
+
+# --- reading a reason back: which rule, and how far it was broken
+
+
+def _breach(rule: str, amount: float) -> str:
+    """The gate's reason for a path that breaks `rule` by an amount growing with `amount` (1 or 2)."""
+    speed = None
+    if rule == "speed":
+        points = [(2.0 * (i + 1), 0.0) for i in range(8)]
+        points[3:] = [(x + 40.0 * amount * DT, 0.0) for x, _ in points[3:]]
+    elif rule == "backward":
+        points = [(2.0, 0.0), (4.0, 0.0), *[(4.0 - amount, 0.0)] * 6]
+    elif rule in ("acceleration", "deceleration"):  # three steps at one speed, then five at another
+        before, after = (8.0, 8.0 + 6.0 * amount) if rule == "acceleration" else (30.0, 30.0 - 11.0 * amount - 0.5)
+        steps = [before * DT] * 3 + [after * DT] * 5
+        points = [(sum(steps[: i + 1]), 0.0) for i in range(8)]
+    elif rule == "lateral acceleration":
+        points = simulate(15.0, [(0.0, amount * 1.5 * LIMITS.max_lateral_accel_mps2 / 15.0**2)] * 8)
+    elif rule == "curvature":
+        points = simulate(2.0, [(0.0, 1.0 / (LIMITS.min_turn_radius_m * (0.8 - 0.3 * amount)))] * 8)
+    else:  # first waypoint
+        points, speed = simulate(5.0, [(0.0, 0.0)] * 8), 5.0 + amount * 2 * LIMITS.first_waypoint_tolerance_m / DT
+    return check_plan_kinematics(points, DT, current_speed_mps=speed)
+
+
+@pytest.mark.parametrize("rule", KINEMATIC_RULES)
+def test_a_reason_names_its_rule_and_how_far_it_was_broken(rule) -> None:
+    small, large = _breach(rule, 1.0), _breach(rule, 2.0)
+    assert rule_of(small) == rule_of(large) == rule, (small, large)
+    assert breach_size(small) is not None and breach_size(large) is not None
+    assert breach_size(large) > breach_size(small), (small, large)
+
+
+def test_other_reasons_have_no_rule() -> None:
+    for reason in ("expected 16 numbers, got 15", "stale plan: 1.2 s old", "", "speed limit: 3 m/s"):
+        assert rule_of(reason) is None and breach_size(reason) is None
+    suffixed = _breach("curvature", 1.0) + " (no end token within 128 new tokens)"
+    assert rule_of(suffixed) == "curvature" and breach_size(suffixed) == breach_size(_breach("curvature", 1.0))

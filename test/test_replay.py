@@ -397,6 +397,43 @@ def test_metrics_on_a_constant_radius_drive_are_exact(tmp_path: Path) -> None:
     assert (tmp_path / "out" / "plots" / "bev.png").is_file()
 
 
+class JumpingAnswerEngine(KnownAnswerEngine):
+    """Like :class:`KnownAnswerEngine` (never invalid text), but every odd call's plan jumps forward by 3 m
+    (calls 1, 5, 9, ...) or 4 m (calls 3, 7, 11, ...) from waypoint 6 on: the gate rejects it."""
+
+    def generate(self, prompt: str, images: Any = (), decode: Any = None, system: Any = None) -> KnownGeneration:
+        answer = super().generate(prompt, images, decode, system)
+        k = len(self.calls)
+        if k % 2:
+            answer.text = ", ".join(f"{jump_plan(3.0 if k % 4 == 1 else 4.0)[i]:.2f}, 0.00" for i in range(8))
+        return answer
+
+
+def jump_plan(jump: float) -> list[float]:
+    return [5.0 * t + (jump if i >= 5 else 0.0) for i, t in enumerate(WAYPOINT_TIMES)]
+
+
+def test_rejected_plans_are_summarised_by_rule_and_drawn(tmp_path: Path) -> None:
+    from PIL import Image
+
+    from wam_diff2_ros.core.kinematics import check_plan_kinematics
+
+    bag = write_drive_bag(tmp_path / "straight", straight(4.0))
+    result, engine = known_replay(bag, tmp_path / "out", engine=JumpingAnswerEngine(invalid_every=0))
+    assert result.exit_code == EXIT_OK and len(engine.calls) == 12
+    mild, worst = (check_plan_kinematics([(x, 0.0) for x in jump_plan(j)], 0.5, current_speed_mps=4.0) for j in (3, 4))
+    assert mild.startswith("acceleration rule") and "= 8.0 m/s²" in worst
+    metrics = read_metrics(tmp_path / "out")
+    assert metrics["num_invalid"] == 6
+    assert metrics["invalid_by_rule"] == {"acceleration": {"count": 6, "worst": worst}}
+    summary = (tmp_path / "out" / "summary.txt").read_text()
+    assert f"  acceleration (6x): {worst.removeprefix('acceleration rule: ')}\n" in summary
+    assert " N " not in summary
+    with Image.open(tmp_path / "out" / "plots" / "bev.png") as img:  # rejected plans: dashed, tab:red
+        pixels = np.asarray(img.convert("RGB"), int)
+    assert int((np.abs(pixels - np.array([214, 39, 40])).sum(axis=2) < 30).sum()) > 200
+
+
 def test_fixed_frame_path_in_the_output_bag_and_metrics_unchanged(tmp_path: Path) -> None:
     from wam_diff2_ros.ros.conversions import stamp_to_ns
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from wam_diff2_ros.demo import expand as demo_files
-from wam_diff2_ros.demo.train.config import TRAIN_DRIVE_SEEDS, ModelSizes
+from wam_diff2_ros.demo.train.config import DRIVE_SAMPLE_SEEDS, TRAIN_DRIVE_SEEDS, ModelSizes
 from wam_diff2_ros.demo.train.loop import TrainSettings, log, train
 
 
@@ -40,6 +40,12 @@ def print_report(metrics: dict[str, Any]) -> None:
             f"(truth {entry['mean_gt_final_y_m']:.2f} m, n={entry['count']})"
         )
     log(f"  checks: {q['checks']}")
+    d = metrics["held_out_drives"]
+    log(
+        f"held-out drives {d['drives']} ({d['samples']} instants): plausible (passes the kinematic gate) "
+        f"{d['plausible_rate']:.3f}, valid format {d['valid_rate']:.3f}"
+        + (f", ADE {d['ade_m']:.2f} m, FDE {d['fde_m']:.2f} m" if d["ade_m"] is not None else "")
+    )
     log(f"  sweeps: {metrics['sweeps']}")
     log(
         f"training {metrics['training_wall_s']:.0f} s, total {metrics['total_wall_s']:.0f} s; "
@@ -64,6 +70,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--noisy-copies", type=int, default=defaults.noisy_copies, help="noisy response copies per sequence"
     )
     parser.add_argument("--lr", type=float, default=defaults.lr)
+    parser.add_argument("--warmup-steps", type=int, default=defaults.warmup_steps, help="linear learning-rate warm-up")
     parser.add_argument("--eval-samples", type=int, default=defaults.eval_samples)
     parser.add_argument(
         "--frames-per-kind", type=int, default=defaults.frames_per_kind, help="turn / straight frames per drive"
@@ -76,6 +83,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--threads", type=int, default=defaults.threads)
     parser.add_argument("--probe-every", type=int, default=defaults.probe_every, help="steps between decoder probes")
+    parser.add_argument(
+        "--drive-frames",
+        type=int,
+        default=defaults.drive_frames,
+        help="instants per simulated drive taken as training samples, each also mirrored (0: none)",
+    )
+    parser.add_argument(
+        "--sample-drives",
+        type=int,
+        default=defaults.sample_drives,
+        help=f"simulated drives the --drive-frames come from (<= {len(DRIVE_SAMPLE_SEEDS)})",
+    )
+    parser.add_argument(
+        "--init-from",
+        type=Path,
+        default=None,
+        help="continue training the demo files in this folder (e.g. a copy of the shipped weights)",
+    )
     parser.add_argument("--text-hidden", type=int, default=defaults.sizes.text_hidden)
     parser.add_argument("--text-layers", type=int, default=defaults.sizes.text_layers)
     args = parser.parse_args(argv)
@@ -84,11 +109,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         (args.epochs >= 1, "--epochs must be >= 1"),
         (args.noisy_copies >= 1, "--noisy-copies must be >= 1"),
         (args.lr > 0, "--lr must be > 0"),
+        (args.warmup_steps >= 0, "--warmup-steps must be >= 0"),
         (args.eval_samples >= 1, "--eval-samples must be >= 1"),
         (args.frames_per_kind >= 1, "--frames-per-kind must be >= 1"),
         (1 <= args.train_drives <= len(TRAIN_DRIVE_SEEDS), f"--train-drives must be 1..{len(TRAIN_DRIVE_SEEDS)}"),
         (args.threads >= 1, "--threads must be >= 1"),
         (args.probe_every >= 0, "--probe-every must be >= 0"),
+        (args.drive_frames >= 0, "--drive-frames must be >= 0"),
+        (
+            1 <= args.sample_drives <= len(DRIVE_SAMPLE_SEEDS),
+            f"--sample-drives must be 1..{len(DRIVE_SAMPLE_SEEDS)}",
+        ),
+        (
+            args.init_from is None or (args.init_from / demo_files.COMPACT_WEIGHTS).is_file(),
+            f"--init-from must be a folder holding {demo_files.COMPACT_WEIGHTS} and {demo_files.MANIFEST}",
+        ),
         (args.text_hidden >= 32 and args.text_hidden % 32 == 0, "--text-hidden must be a multiple of 32"),
         (args.text_layers >= 1, "--text-layers must be >= 1"),
     ]
@@ -101,11 +136,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         batch_size=args.batch_size,
         noisy_copies=args.noisy_copies,
         lr=args.lr,
+        warmup_steps=args.warmup_steps,
         eval_samples=args.eval_samples,
         frames_per_kind=args.frames_per_kind,
         train_drives=args.train_drives,
         threads=args.threads,
         probe_every=args.probe_every,
+        drive_frames=args.drive_frames,
+        sample_drives=args.sample_drives,
+        init_from=None if args.init_from is None else str(args.init_from),
         sizes=ModelSizes(text_hidden=args.text_hidden, text_layers=args.text_layers),
     )
     command_line = shlex.join(["wam-diff2-train-demo", *(sys.argv[1:] if argv is None else argv)])

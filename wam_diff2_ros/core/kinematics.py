@@ -8,6 +8,7 @@ by default so that a caller that forgets the gate still gets it.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from numbers import Real
@@ -185,3 +186,40 @@ def check_plan_kinematics(
         speeds.append(signed)
         px, py = x, y
     return ""
+
+
+# The figure in each rule's reason that says how far a plan broke it, and its sign (+1: larger is worse; the
+# curvature rule's radius is worse the smaller it is). Next to the messages above so that both change together.
+_BREACH_FIGURES: dict[str, tuple[re.Pattern[str], float]] = {
+    "backward": (re.compile(r"is (\d+(?:\.\d+)?) m behind"), 1.0),
+    "speed": (re.compile(r"= (\d+(?:\.\d+)?) m/s, above"), 1.0),
+    "acceleration": (re.compile(r"= (\d+(?:\.\d+)?) m/s², above"), 1.0),
+    "deceleration": (re.compile(r"= (\d+(?:\.\d+)?) m/s², above"), 1.0),
+    "lateral acceleration": (re.compile(r"= (\d+(?:\.\d+)?) m/s² lateral"), 1.0),
+    "curvature": (re.compile(r"a (\d+(?:\.\d+)?) m radius"), -1.0),
+}
+_FIRST_WAYPOINT = re.compile(r"is (\d+(?:\.\d+)?) m from the ego.* is (\d+(?:\.\d+)?) m \(tolerance")
+
+
+def rule_of(reason: str) -> str | None:
+    """The kinematic rule (one of :data:`KINEMATIC_RULES`) a reason of :func:`check_plan_kinematics` names, or
+    None for any other reason."""
+    for rule in sorted(KINEMATIC_RULES, key=len, reverse=True):  # "lateral acceleration" before "acceleration"
+        if reason.startswith(f"{rule} rule:"):
+            return rule
+    return None
+
+
+def breach_size(reason: str) -> float | None:
+    """How far the plan broke its rule, read from a reason of :func:`check_plan_kinematics` (larger: worse;
+    the measured m, m/s, m/s², minus the radius in m for curvature, the distance off in m for the first
+    waypoint); None when the reason is not a kinematic rule's."""
+    rule = rule_of(reason)
+    if rule is None:
+        return None
+    if rule == "first waypoint":
+        found = _FIRST_WAYPOINT.search(reason)
+        return abs(float(found.group(1)) - float(found.group(2))) if found else None
+    pattern, sign = _BREACH_FIGURES[rule]
+    found = pattern.search(reason)
+    return sign * float(found.group(1)) if found else None

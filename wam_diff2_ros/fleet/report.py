@@ -56,7 +56,8 @@ def pooled_stamp(index: int, stamp_ns: int) -> int:
 
 def load_bag(out: Path, record: BagRecord) -> BagData:
     """A committed bag's predictions and track (no track when its odometry was absent or unusable)."""
-    from wam_diff2_ros.replay.report import _plan_records_for_metrics
+    from wam_diff2_ros.core.planning import PlanningConfig
+    from wam_diff2_ros.replay.report import plan_records_for_metrics
 
     folder = bags_root(out) / record.name
     text = (folder / "predictions.jsonl").read_text(encoding="utf-8")
@@ -69,7 +70,8 @@ def load_bag(out: Path, record: BagRecord) -> BagData:
         except ValueError:
             track = None
     planned = [r for r in predictions if r["status"] == "planned"]
-    metric_rows = _plan_records_for_metrics(planned)
+    planning = PlanningConfig()  # waypoint count and spacing: only rejected plans' drawings read them
+    metric_rows = plan_records_for_metrics(planned, planning.num_waypoints, planning.waypoint_dt_s)
     rows = [{**row, "reason": r.get("reason")} for row, r in zip(metric_rows, planned, strict=True)]
     return BagData(record, predictions, rows, track)
 

@@ -63,10 +63,10 @@ def settings_identity(options: ReplayOptions, fingerprints: Fingerprints) -> dic
     the model's content hash and the package version."""
     from wam_diff2_ros import __version__
     from wam_diff2_ros.demo.resolve import is_model_name, resolve_model
-    from wam_diff2_ros.replay.settings import _model_path, _read_params
+    from wam_diff2_ros.replay.settings import choose_model_path, read_params
 
-    values, _ = _read_params(options)
-    model, _how = _model_path(options.model, str(values.get("model.path") or ""))
+    values, _ = read_params(options)
+    model, _how = choose_model_path(options.model, str(values.get("model.path") or ""))
     checkpoint = Path(resolve_model(model) if is_model_name(model) else model)
     if not checkpoint.is_dir():
         raise FleetUsageError(f"model {model}: not a checkpoint directory")

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from wam_diff2_ros.core.kinematics import breach_size, rule_of
 from wam_diff2_ros.core.samples import problem_kind
 from wam_diff2_ros.core.units import NS_PER_S
 from wam_diff2_ros.ros.conversions import odometry_track_point
@@ -151,7 +152,8 @@ def _wrap(angle: float) -> float:
 @dataclass(frozen=True)
 class PlanRecord:
     """One planning instant: the plan's stamp, whether it is valid, its waypoints (N x 2, ego
-    frame at the stamp), and optionally latency (s), command text, ego speed (m/s) and why it is invalid."""
+    frame at the stamp), and optionally latency (s), command text, ego speed (m/s), why it is invalid and,
+    for an answer the kinematic gate rejected, the waypoints it rejected (``rejected``, N x 2)."""
 
     stamp_ns: int
     valid: bool
@@ -160,6 +162,7 @@ class PlanRecord:
     command: str | None = None
     speed: float | None = None
     reason: str | None = None
+    rejected: np.ndarray | None = None
 
     @staticmethod
     def coerce(item: PlanRecord | Mapping[str, Any]) -> PlanRecord:
@@ -169,6 +172,7 @@ class PlanRecord:
         if not isinstance(item, Mapping) or "stamp_ns" not in item:
             raise ValueError(f"a prediction needs at least 'stamp_ns' (and 'valid', 'waypoints'): {item!r:.80}")
         waypoints = item.get("waypoints")
+        rejected = item.get("rejected")
         return PlanRecord(
             stamp_ns=int(item["stamp_ns"]),
             valid=bool(item.get("valid", waypoints is not None)),
@@ -177,6 +181,7 @@ class PlanRecord:
             command=item.get("command"),
             speed=None if item.get("speed") is None else float(item["speed"]),
             reason=item.get("reason") or None,
+            rejected=None if rejected is None else np.asarray(rejected, float),
         )
 
 
@@ -192,6 +197,25 @@ def usable_waypoints(plan: PlanRecord, count: int) -> tuple[np.ndarray | None, s
     if not np.isfinite(wp).all():
         return None, "non-finite waypoint"
     return wp, None
+
+
+def invalid_by_rule(reasons: Iterable[str | None]) -> dict[str, dict[str, Any]]:
+    """Reasons of invalid plans grouped by the rule they broke (a kinematic rule's name, else the reason's kind
+    with its numbers replaced), most frequent first: ``{group: {"count": n, "worst": reason}}``. ``worst`` is the
+    reason, figures kept, of the largest breach (:func:`~wam_diff2_ros.core.kinematics.breach_size`), or the
+    first one seen when the reasons carry no figure."""
+    groups: dict[str, dict[str, Any]] = {}
+    for reason in reasons:
+        text = reason or "plan marked invalid"
+        rule = rule_of(text)
+        key = rule if rule is not None else problem_kind(text)
+        size = breach_size(text)
+        group = groups.setdefault(key, {"count": 0, "worst": text, "_size": size})
+        group["count"] += 1
+        if size is not None and (group["_size"] is None or size > group["_size"]):
+            group.update(worst=text, _size=size)
+    ordered = sorted(groups.items(), key=lambda item: -item[1]["count"])
+    return {key: {"count": g["count"], "worst": g["worst"]} for key, g in ordered}
 
 
 # --------------------------------------------------------------------------------------------

@@ -32,7 +32,7 @@ from wam_diff2_ros.replay.settings import (
     GROUND_TRUTH_MARGIN_S,
     MAX_CONSECUTIVE_ENGINE_ERRORS,
     ReplayOptions,
-    _read_params,
+    read_params,
     build_config,
 )
 from wam_diff2_ros.replay.topics import OUTPUT_NAMES, OUTPUT_TOPICS, TopicMap, routes, select_topics
@@ -103,7 +103,7 @@ def replay(
         raise ReplayUsageError("--max-plans must be >= 1")
     if options.rate_hz is not None and not (math.isfinite(options.rate_hz) and options.rate_hz >= 0):
         raise ReplayUsageError("--rate-hz must be >= 0 (0 = plan on each new front image)")
-    values, yaml_request = _read_params(options)
+    values, yaml_request = read_params(options)
     try:
         reader = BagReader(options.bag)
     except BagError as exc:

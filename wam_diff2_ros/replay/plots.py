@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,8 @@ import numpy as np
 
 from wam_diff2_ros.core.units import NS_PER_S
 from wam_diff2_ros.replay.evaluation import HORIZONS_S, EgoTrack, PlanRecord, usable_waypoints
+
+_REASON_WIDTH = 52  # characters per title line of a rejected plan's reason
 
 
 def _figure(width_in: float, height_in: float) -> Any:
@@ -42,7 +45,8 @@ def plot_bev(
     """Grid of bird's-eye views at evenly sampled instants: predicted vs actual future path.
 
     Each panel is the ego frame at the plan's stamp: ego at the origin, x (forward) up, y (left)
-    to the left, equal aspect. Titles give the time, command, speed and errors. Writes a PNG.
+    to the left, equal aspect. Titles give the time, command, speed and errors. A plan the gate rejected is
+    drawn dashed in red (from ``PlanRecord.rejected``) under the gate's reason. Writes a PNG.
     """
     if num_panels < 1:
         raise ValueError("num_panels must be at least 1")
@@ -60,6 +64,7 @@ def plot_bev(
     for ax, plan in zip(axes.ravel(), chosen, strict=False):
         truth = track.future_in_ego_frame(plan.stamp_ns, horizons_s)
         waypoints, reason = usable_waypoints(plan, len(horizons_s))
+        rejected = _rejected(plan, len(horizons_s)) if waypoints is None else None
         points = [np.zeros((1, 2))]
         if truth is not None:
             ok = np.isfinite(truth).all(axis=1)
@@ -70,6 +75,10 @@ def plot_bev(
             pred = np.vstack([[0.0, 0.0], waypoints])
             ax.plot(pred[:, 1], pred[:, 0], "-s", color="tab:orange", ms=3.5, lw=1.8, label="predicted")
             points.append(pred)
+        if rejected is not None:
+            drawn = np.vstack([[0.0, 0.0], rejected])
+            ax.plot(drawn[:, 1], drawn[:, 0], "--x", color="tab:red", ms=4, lw=1.6, label="rejected by the gate")
+            points.append(drawn)
         ax.plot([0.0], [0.0], marker="^", color="tab:blue", ms=10, ls="none", label="ego (base_link)")
         allp = np.vstack(points)
         forward_hi = max(10.0, float(allp[:, 0].max()) + 3.0)
@@ -87,7 +96,8 @@ def plot_bev(
         speed_text = f"{speed:.1f} m/s" if speed is not None else "? m/s"
         lines = [f"t={rel:.1f} s (stamp {plan.stamp_ns / NS_PER_S:.2f})", f"cmd: {plan.command or '?'}, v={speed_text}"]
         if waypoints is None:
-            lines.append(f"INVALID: {reason}")
+            why = plan.reason or reason or "plan marked invalid"
+            lines += textwrap.wrap(f"{'REJECTED' if rejected is not None else 'INVALID'}: {why}", _REASON_WIDTH)
         elif truth is not None:
             err = np.linalg.norm(waypoints - truth, axis=1)
             ok = np.isfinite(err)
@@ -108,6 +118,14 @@ def plot_bev(
     fig.suptitle(title or "Predicted vs actual future (ego frame at plan time)", fontsize=11)
     fig.tight_layout(rect=(0, 0.05, 1, 0.96))
     return _save(fig, path)
+
+
+def _rejected(plan: PlanRecord, count: int) -> np.ndarray | None:
+    """The waypoints of a rejected plan if it has `count` finite ones."""
+    if plan.rejected is None:
+        return None
+    points = np.asarray(plan.rejected, float)
+    return points if points.shape == (count, 2) and np.isfinite(points).all() else None
 
 
 def plot_error_over_horizon(metrics: Mapping[str, Any], path: str | Path, *, title: str | None = None) -> Path:

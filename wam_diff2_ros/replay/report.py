@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from wam_diff2_ros.core.parsing import parse_waypoints
 from wam_diff2_ros.core.planning import describe_decoding
 from wam_diff2_ros.core.units import NS_PER_S
 from wam_diff2_ros.replay.confidence import confidence_analysis, decoding_summary
@@ -21,12 +22,24 @@ from wam_diff2_ros.replay.settings import ReplayOptions, params_hash
 from wam_diff2_ros.replay.topics import BAG_DIR_NAME, TopicMap
 
 
-def _plan_records_for_metrics(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def plan_records_for_metrics(
+    records: Sequence[Mapping[str, Any]], num_waypoints: int, waypoint_dt_s: float
+) -> list[dict[str, Any]]:
+    """The planned instants as :class:`~wam_diff2_ros.replay.evaluation.PlanRecord` mappings; an invalid plan
+    whose answer still reads as waypoints (the kinematic gate, or the age gate, rejected it) keeps them as
+    ``rejected``, for the plots."""
     rows = []
     for r in records:
         if r["status"] != "planned":
             continue
         vx, vy = r["velocity"]
+        rejected = None
+        if not r["valid"] and r.get("raw_text"):
+            parsed = parse_waypoints(
+                r["raw_text"], num_waypoints=num_waypoints, dt=waypoint_dt_s, check_kinematics=False
+            )
+            if parsed.valid:
+                rejected = [[w.x, w.y] for w in parsed.waypoints]
         rows.append(
             {
                 "stamp_ns": r["stamp_ns"],
@@ -35,6 +48,8 @@ def _plan_records_for_metrics(records: Sequence[Mapping[str, Any]]) -> list[dict
                 "latency_s": r["timing"]["total_ms"] / 1000.0,
                 "command": r["command"],
                 "speed": math.hypot(vx, vy),
+                "reason": r.get("reason") or None,
+                "rejected": rejected,
             }
         )
     return rows
@@ -70,16 +85,16 @@ def finish(
     if not ground_truth["available"]:
         notes.append(f"no ground truth: {ground_truth['reason']}")
 
-    plan_rows = _plan_records_for_metrics(run.records)
+    plan_rows = plan_records_for_metrics(run.records, config.planning.num_waypoints, config.planning.waypoint_dt_s)
     metrics = evaluation.compute_metrics(plan_rows, track if track is not None else NoTrack(), include_instants=True)
     instants = metrics.pop("instants")  # per plan: the report page's ADE/FDE column
     planned = [r for r in run.records if r["status"] == "planned"]
     metrics["decoding"] = decoding_summary(planned)
     if track is not None and planned:
         metrics["confidence"] = confidence_analysis(planned, track)
-    metrics["invalid_answer_reasons"] = dict(
-        Counter(_reason_kind(r["reason"]) for r in run.records if r["status"] == "planned" and not r["valid"])
-    )
+    invalid_answers = [r["reason"] for r in run.records if r["status"] == "planned" and not r["valid"]]
+    metrics["invalid_answer_reasons"] = dict(Counter(_reason_kind(reason) for reason in invalid_answers))
+    metrics["invalid_by_rule"] = evaluation.invalid_by_rule(invalid_answers)
     blocked = [r for r in run.records if r["status"] == "blocked"]
     blocked_reasons: Counter[str] = Counter(p for r in blocked for p in r["problems"])
     blocked_inputs: Counter[str] = Counter(p.split(":", 1)[0] for r in blocked for p in r["problems"])
@@ -270,9 +285,12 @@ def _summary_text(topic_map: TopicMap, metrics: Mapping[str, Any], plots: Sequen
         f"latency:    model p50 {_fmt(latency['p50'], ' ms', 0)}, p95 {_fmt(latency['p95'], ' ms', 0)}, "
         f"max {_fmt(latency['max'], ' ms', 0)} (n={latency['count']})"
     )
-    if metrics["invalid_answer_reasons"]:
-        top = sorted(metrics["invalid_answer_reasons"].items(), key=lambda item: -item[1])[:2]
-        lines.append("invalid:    " + "; ".join(f"{reason} ({count}x)" for reason, count in top))
+    if metrics["invalid_by_rule"]:
+        lines.append("invalid:    by rule, with the worst case of each:")
+        lines += [
+            f"  {rule} ({group['count']}x): {group['worst'].removeprefix(f'{rule} rule: ')}"
+            for rule, group in metrics["invalid_by_rule"].items()
+        ]
     if metrics["blocked_reasons"]:
         top = list(metrics["blocked_reasons"].items())[:3]
         lines.append("blocked:    " + "; ".join(f"{reason} ({count}x)" for reason, count in top))

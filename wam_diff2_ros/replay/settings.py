@@ -79,7 +79,7 @@ def parse_set(items: Sequence[str]) -> dict[str, Any]:
     return values
 
 
-def _model_path(model: str | None, from_params: str) -> tuple[str, str]:
+def choose_model_path(model: str | None, from_params: str) -> tuple[str, str]:
     """(checkpoint directory, how it was chosen)."""
     if model is None or not model.strip():
         if from_params.strip():
@@ -115,7 +115,8 @@ def _resolve_dtype(options: ReplayOptions, values: Mapping[str, Any], device: st
     return "float32" if resolved.type == "cpu" else str(values["model.dtype"])
 
 
-def _read_params(options: ReplayOptions) -> tuple[dict[str, Any], TopicRequest]:
+def read_params(options: ReplayOptions) -> tuple[dict[str, Any], TopicRequest]:
+    """The node parameters of a replay (the --params file, then --set) and the topics they ask for."""
     from wam_diff2_ros.ros.params import ParameterError, load_parameters_file
 
     values: dict[str, Any] = {}
@@ -164,7 +165,7 @@ def build_config(
 
     merged = {s.name: s.default for s in SPEC_BY_NAME.values()}
     merged.update(values)
-    model_path, _how = _model_path(options.model, str(merged.get("model.path") or ""))
+    model_path, _how = choose_model_path(options.model, str(merged.get("model.path") or ""))
     merged["model.path"] = model_path
     if options.device:
         merged["model.device"] = options.device

@@ -13,6 +13,12 @@ The prompt is :func:`~wam_diff2_ros.core.prompts.build_planning_prompt` (``navsi
 the 16 numbers with two decimals, exactly like the training data of the real model. Training and held-out
 samples come from different seeds and different drives (images).
 
+Drive samples (``--drive-frames``, :mod:`~wam_diff2_ros.demo.train.drives`): instants of simulated drives (seeds
+1-20, never the sample bag's seed 0), asked exactly as a replay of their bag asks (speed, measured longitudinal
+and lateral acceleration, the command in force, the frame at that instant) with the drive's true future as the
+answer, each also mirrored (``left`` ↔ ``right``). ``--init-from`` continues training shipped demo files; the
+shipped model is a base trained on the kinematic samples, continued on both (``scripts/train_demo.sh``).
+
 Objective: masked block diffusion, matching the decoder (:mod:`wam_diff2_ros.core.decoding`) exactly. The
 response (answer tokens, then ``<|im_end|>`` filling the rest of the last block) is cut into blocks of 32.
 One sequence ``[prompt | clean response | noisy response copies]`` carries everything: prompt rows are
@@ -31,8 +37,8 @@ of the expanded float32 weights, the training command) and ``metrics.json`` (qua
 samples through the real :class:`~wam_diff2_ros.core.engine.Engine` with the default decoding settings).
 Everything follows from the seeds; with the same thread count the run is repeatable.
 
-Modules: ``config``, ``data``, ``tokens``, ``model``, ``objective``, ``evaluate``, ``loop``; the command line is
-:mod:`wam_diff2_ros.cli.train_demo`.
+Modules: ``config``, ``data``, ``drives``, ``tokens``, ``model``, ``objective``, ``evaluate``, ``loop``; the command
+line is :mod:`wam_diff2_ros.cli.train_demo`.
 """
 
 from wam_diff2_ros.demo.train.config import (

@@ -33,6 +33,10 @@ SPECIAL_IDS = ALL_SPECIAL_TOKEN_IDS
 TRAIN_SEED, HELD_OUT_SEED = 1, 2
 TRAIN_DRIVE_SEEDS = tuple(range(10))  # seed 0 is the default sample bag's drive
 HELD_OUT_DRIVE_SEEDS = (1000, 1001, 1002)
+# Drives whose instants become samples (``demo/train/drives.py``); seed 0, the sample bag's drive, is not one of
+# them, so the demo replay measures the model on a drive it never saw as a sample.
+DRIVE_SAMPLE_SEEDS = tuple(range(1, 21))
+HELD_OUT_DRIVE_FRAMES = 8  # instants per held-out drive in the drive evaluation (each also mirrored)
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,9 @@ from wam_diff2_ros.demo import expand as demo_files
 from wam_diff2_ros.demo.train.config import (
     BLOCK_SIZE,
     DEMO_PREPROCESSOR_OVERRIDES,
+    DRIVE_SAMPLE_SEEDS,
     FULL_VOCAB_SIZE,
+    HELD_OUT_DRIVE_FRAMES,
     HELD_OUT_DRIVE_SEEDS,
     HELD_OUT_SEED,
     TRAIN_DRIVE_SEEDS,
@@ -31,9 +33,10 @@ from wam_diff2_ros.demo.train.config import (
     ModelSizes,
     demo_config,
 )
-from wam_diff2_ros.demo.train.data import DrivingSample, make_samples, render_image_pool
+from wam_diff2_ros.demo.train.data import DrivingSample, ImagePool, make_samples, render_image_pool
+from wam_diff2_ros.demo.train.drives import drive_samples
 from wam_diff2_ros.demo.train.evaluate import behaviour_sweeps, evaluate
-from wam_diff2_ros.demo.train.model import build_training_model, compact_weights
+from wam_diff2_ros.demo.train.model import build_training_model, compact_weights, load_compact_into
 from wam_diff2_ros.demo.train.objective import (
     TrainingBatch,
     TrainingExample,
@@ -62,6 +65,9 @@ class TrainSettings:
     init_seed: int = 0
     probe_every: int = 500  # steps between quick decoder probes (0: none)
     probe_samples: int = 16
+    drive_frames: int = 0  # instants per drive taken as samples from the simulated drives (0: none)
+    sample_drives: int = len(DRIVE_SAMPLE_SEEDS)
+    init_from: str | None = None  # a folder of shipped demo files to continue training from
     sizes: ModelSizes = field(default_factory=ModelSizes)
 
 
@@ -79,7 +85,7 @@ def tokenise(
             TrainingExample(
                 prompt_ids=prompt_token_ids(processor, sample.prompt, image.num_tokens),
                 response_ids=response_token_ids(processor, sample.answer),
-                pixel_values=image.pixel_values,
+                pixel_values=image.patches,
                 image_grid_thw=image.grid_thw,
             )
         )
@@ -131,6 +137,21 @@ def export_demo(
     return manifest
 
 
+def initial_weights(folder: Path) -> dict[str, Any]:
+    """The compact weights of shipped demo files in `folder` to continue from, and what the manifest says about
+    them (their sha256 and the run that made them), for the new manifest."""
+    compact_path = folder / demo_files.COMPACT_WEIGHTS
+    manifest = json.loads((folder / demo_files.MANIFEST).read_text(encoding="utf-8"))
+    digest = demo_files.sha256_file(compact_path)
+    if digest != manifest.get("compact_sha256"):
+        raise demo_files.DemoModelError(f"{compact_path}: sha256 {digest} does not match its manifest")
+    return {
+        "compact": demo_files.read_safetensors(compact_path),
+        "compact_sha256": digest,
+        "training": manifest.get("training"),
+    }
+
+
 def load_engine(demo_dir: Path, cache_dir: Path) -> Any:
     from wam_diff2_ros.core.engine import Engine
 
@@ -151,15 +172,23 @@ def train(settings: TrainSettings, out_dir: Path, command_line: str) -> dict[str
             TRAIN_DRIVE_SEEDS[: settings.train_drives], settings.frames_per_kind, seed=TRAIN_SEED
         )
         held_pool = render_image_pool(HELD_OUT_DRIVE_SEEDS, settings.frames_per_kind, seed=HELD_OUT_SEED)
+        drive_pool, drive_train = ImagePool([], {}), []
+        if settings.drive_frames:
+            log(f"rendering {settings.drive_frames} instants of each of {settings.sample_drives} drives ...")
+            drive_pool, drive_train = drive_samples(
+                DRIVE_SAMPLE_SEEDS[: settings.sample_drives], settings.drive_frames, seed=TRAIN_SEED
+            )
+            drive_train = [replace(s, image_index=s.image_index + len(train_pool.images)) for s in drive_train]
+        held_drive_pool, held_drive = drive_samples(HELD_OUT_DRIVE_SEEDS, HELD_OUT_DRIVE_FRAMES, seed=HELD_OUT_SEED)
         train_pixels = [
             preprocess_image(img, processor.image_config, processor.min_pixels, processor.max_pixels)
-            for img in train_pool.images
+            for img in [*train_pool.images, *drive_pool.images]
         ]
         held_pixels = [
             preprocess_image(img, processor.image_config, processor.min_pixels, processor.max_pixels)
             for img in held_pool.images
         ]
-        train_samples = make_samples(settings.train_samples, TRAIN_SEED, train_pool.by_command)
+        train_samples = make_samples(settings.train_samples, TRAIN_SEED, train_pool.by_command) + drive_train
         held_samples = make_samples(max(settings.eval_samples, 64), HELD_OUT_SEED, held_pool.by_command)
         train_examples = tokenise(train_samples, processor, train_pixels)
         held_examples = tokenise(held_samples[:64], processor, held_pixels)
@@ -169,13 +198,20 @@ def train(settings: TrainSettings, out_dir: Path, command_line: str) -> dict[str
         response_blocks = [len(e.response_ids) // BLOCK_SIZE for e in train_examples]
         prompt_lengths = [len(e.prompt_ids) for e in train_examples]
         log(
-            f"{len(train_examples)} training / {len(held_samples)} held-out samples, {len(train_pool.images)} + "
-            f"{len(held_pool.images)} images, vocabulary {len(vocab_ids)} tokens, prompt "
+            f"{len(train_examples)} training ({len(drive_train)} from drives) / {len(held_samples)} + "
+            f"{len(held_drive)} held-out samples, {len(train_pixels)} + {len(held_pool.images)} images, "
+            f"vocabulary {len(vocab_ids)} tokens, prompt "
             f"{min(prompt_lengths)}-{max(prompt_lengths)} tokens, response blocks "
             f"{min(response_blocks)}-{max(response_blocks)} ({time.perf_counter() - started:.0f} s)"
         )
 
-        model = build_training_model(config, vocab_ids, settings.init_seed).train()
+        model = build_training_model(config, vocab_ids, settings.init_seed)
+        init = None
+        if settings.init_from:
+            init = initial_weights(Path(settings.init_from))
+            load_compact_into(model, init.pop("compact"), vocab_ids)
+            log(f"continuing from {settings.init_from} (compact sha256 {init['compact_sha256'][:12]})")
+        model.train()
         parameters = sum(p.numel() for p in model.parameters())
         decay = [p for n, p in model.named_parameters() if p.ndim >= 2 and "embed" not in n]
         no_decay = [p for n, p in model.named_parameters() if not (p.ndim >= 2 and "embed" not in n)]
@@ -198,16 +234,24 @@ def train(settings: TrainSettings, out_dir: Path, command_line: str) -> dict[str
             probe_dir = work / f"probe-{label}"
             export_demo(model, vocab_ids, config, probe_dir, {"probe": label})
             engine = load_engine(probe_dir, work / "probe-cache")
-            result = evaluate(engine, held_samples[: settings.probe_samples], held_pool.images)
+            if settings.drive_frames:  # what the replay measures: instants of unseen drives
+                result = evaluate(engine, held_drive[: settings.probe_samples], held_drive_pool.images)
+            else:
+                result = evaluate(engine, held_samples[: settings.probe_samples], held_pool.images)
             engine.close()
             shutil.rmtree(work / "probe-cache", ignore_errors=True)
             shutil.rmtree(probe_dir, ignore_errors=True)
             ade = "-" if result["ade_m"] is None else f"{result['ade_m']:.2f} m"
             log(
-                f"  probe {label}: valid {result['valid_rate']:.2f}, ADE {ade}, "
-                f"steps/block {result['mean_steps_per_block']:.1f} on {result['samples']} held-out prompts"
+                f"  probe {label}: valid {result['valid_rate']:.2f}, plausible {result['plausible_rate']:.2f}, "
+                f"ADE {ade}, steps/block {result['mean_steps_per_block']:.1f} on {result['samples']} held-out prompts"
             )
-            return {"at": label, "valid_rate": result["valid_rate"], "ade_m": result["ade_m"]}
+            return {
+                "at": label,
+                "valid_rate": result["valid_rate"],
+                "plausible_rate": result["plausible_rate"],
+                "ade_m": result["ade_m"],
+            }
 
         held_rng = np.random.default_rng(HELD_OUT_SEED + 100)
         held_batches = [
@@ -238,9 +282,9 @@ def train(settings: TrainSettings, out_dir: Path, command_line: str) -> dict[str
                 optimizer.step()
                 losses.append(loss.item())
                 step += 1
-                if step % 100 == 0:
+                if step % 50 == 0:
                     elapsed = time.perf_counter() - train_started - probe_seconds
-                    log(f"  step {step}/{total_steps} loss {statistics.fmean(losses[-100:]):.4f} ({elapsed:.0f} s)")
+                    log(f"  step {step}/{total_steps} loss {statistics.fmean(losses[-50:]):.4f} ({elapsed:.0f} s)")
                 if settings.probe_every and step % settings.probe_every == 0 and step < total_steps:
                     probe_started = time.perf_counter()
                     model.eval()
@@ -270,15 +314,24 @@ def train(settings: TrainSettings, out_dir: Path, command_line: str) -> dict[str
             "torch": torch.__version__,
             "python": platform.python_version(),
             "cpu_threads": settings.threads,
+            "init_from": init,
         }
         manifest = export_demo(model, vocab_ids, config, out_dir, training)
         log(f"evaluating {settings.eval_samples} held-out samples through the engine ...")
         engine = load_engine(out_dir, work / "cache")
         quality = evaluate(engine, held_samples[: settings.eval_samples], held_pool.images)
         sweeps = behaviour_sweeps(engine, held_pool)
+        log(f"evaluating {len(held_drive)} instants of the held-out drives through the engine ...")
+        drives_quality = {
+            "drives": list(HELD_OUT_DRIVE_SEEDS),
+            "instants_per_drive": HELD_OUT_DRIVE_FRAMES,
+            "mirrored": True,
+            **evaluate(engine, held_drive, held_drive_pool.images),
+        }
         engine.close()
     metrics = {
         "held_out": quality,
+        "held_out_drives": drives_quality,
         "sweeps": sweeps,
         "epochs": epochs_log,
         "probes": probes,

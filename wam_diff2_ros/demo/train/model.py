@@ -67,3 +67,27 @@ def compact_weights(
     state[demo_files.VOCAB_IDS_NAME] = torch.tensor(list(vocab_ids), dtype=torch.int64)
     state[demo_files.EMBED_ROWS_NAME] = model.state_dict()[demo_files.EMBEDDING_NAME].detach().to(dtype).contiguous()
     return state
+
+
+def load_compact_into(model: Any, compact: dict[str, torch.Tensor], vocab_ids: Sequence[int]) -> None:
+    """Copy shipped (compact) weights into a training model over `vocab_ids`, to continue training them.
+
+    Tensors must match in shape; embedding rows are matched by token id (a token the compact weights lack keeps
+    its fresh initialisation)."""
+    stored_ids = compact[demo_files.VOCAB_IDS_NAME].tolist()
+    rows = compact[demo_files.EMBED_ROWS_NAME]
+    state = {
+        name: tensor.to(torch.float32)
+        for name, tensor in compact.items()
+        if name not in (demo_files.VOCAB_IDS_NAME, demo_files.EMBED_ROWS_NAME)
+    }
+    embedding = model.state_dict()[demo_files.EMBEDDING_NAME].clone()
+    position = {token: i for i, token in enumerate(vocab_ids)}
+    for i, token in enumerate(stored_ids):
+        if token in position:
+            embedding[position[token]] = rows[i].to(torch.float32)
+    state[demo_files.EMBEDDING_NAME] = embedding
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    if unexpected or [name for name in missing if name != "lm_head.weight"]:
+        raise RuntimeError(f"the weights do not fit this model: missing {missing}, unexpected {unexpected}")
+    model.tie_weights()

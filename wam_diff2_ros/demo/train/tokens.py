@@ -26,8 +26,12 @@ def demo_processor(work_dir: Path) -> WamDiff2Processor:
     write_tokenizer_files(work_dir)
     write_processor_files(work_dir, DEMO_PREPROCESSOR_OVERRIDES)
     tokenizer = AutoTokenizer.from_pretrained(str(work_dir), local_files_only=True)
-    image_config = ImageProcessorConfig.from_dict({**PREPROCESSOR_CONFIG, **DEMO_PREPROCESSOR_OVERRIDES})
-    return WamDiff2Processor(tokenizer, VL_CHAT_TEMPLATE, image_config)
+    return WamDiff2Processor(tokenizer, VL_CHAT_TEMPLATE, demo_image_config())
+
+
+def demo_image_config() -> ImageProcessorConfig:
+    """The demo checkpoint's image preprocessing (the tiny checkpoint's, pixels capped)."""
+    return ImageProcessorConfig.from_dict({**PREPROCESSOR_CONFIG, **DEMO_PREPROCESSOR_OVERRIDES})
 
 
 def prompt_token_ids(processor: WamDiff2Processor, prompt: str, num_image_tokens: int) -> list[int]:

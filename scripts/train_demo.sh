@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Retrain the shipped demo model from scratch, in its two stages, into wam_diff2_ros/demo/weights/ (docs/demo_model.md):
+#
+#   1. base:      synthetic kinematic samples only (3000 steps);                 written to $WORK/base
+#   2. drives:    continue the base on those samples plus instants of 20 simulated drives and their mirror images
+#                 (what a replay of a sample bag asks); written to the package's demo/weights/ (or $OUT).
+#
+# A base already in $WORK/base is reused. Same seeds, torch build and thread count -> the same weights; the manifest
+# records each stage's command, wall time and the base's sha256.
+#
+# Usage: scripts/train_demo.sh        Environment: WORK (default /tmp/wam_diff2_demo_train), OUT, THREADS (2).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+WORK="${WORK:-/tmp/wam_diff2_demo_train}"
+OUT="${OUT:-wam_diff2_ros/demo/weights}"
+THREADS="${THREADS:-2}"
+TRAIN=(.venv/bin/wam-diff2-train-demo --threads "$THREADS")
+export OMP_NUM_THREADS="$THREADS"
+
+if [ -f "$WORK/base/manifest.json" ]; then
+  echo "[train_demo] reusing the base model in $WORK/base"
+else
+  echo "[train_demo] stage 1: the base model (about 35 min on 2 cores)"
+  "${TRAIN[@]}" --out "$WORK/base" --train-samples 8000 --epochs 3 --noisy-copies 2 --lr 3e-3 --eval-samples 60 \
+    --probe-every 300
+fi
+
+echo "[train_demo] stage 2: continuing on simulated drives (180 steps)"
+"${TRAIN[@]}" --out "$OUT" --init-from "$WORK/base" --train-samples 480 --drive-frames 24 --sample-drives 20 \
+  --epochs 1 --lr 1.5e-3 --warmup-steps 30 --eval-samples 20 --probe-every 0
