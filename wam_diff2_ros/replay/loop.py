@@ -32,8 +32,8 @@ from wam_diff2_ros.replay.settings import (
     GROUND_TRUTH_MARGIN_S,
     MAX_CONSECUTIVE_ENGINE_ERRORS,
     ReplayOptions,
-    read_params,
     build_config,
+    read_params,
 )
 from wam_diff2_ros.replay.topics import OUTPUT_NAMES, OUTPUT_TOPICS, TopicMap, routes, select_topics
 from wam_diff2_ros.ros.schedule import InstantSchedule
