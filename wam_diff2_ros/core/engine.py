@@ -29,6 +29,7 @@ from .checkpoint import (
     synchronizer,
 )
 from .decoding import DecodeConfig, DecodeOutput, block_diffusion_decode, describe_engine
+from .device_preprocess import DEFAULT_PREPROCESS, PREPROCESS_MODES
 from .model import BlockDiffusionBackbone
 from .processor import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS, WamDiff2Processor
 from .timing import StageTiming
@@ -55,8 +56,15 @@ class Engine:
     """A WAM-Diff2 checkpoint ready to decode."""
 
     def __init__(
-        self, model: Any, processor: WamDiff2Processor, checkpoint: CheckpointInfo, device: torch.device
+        self,
+        model: Any,
+        processor: WamDiff2Processor,
+        checkpoint: CheckpointInfo,
+        device: torch.device,
+        preprocess: str = DEFAULT_PREPROCESS,
     ) -> None:
+        if preprocess not in PREPROCESS_MODES:
+            raise ValueError(f"preprocess must be one of {', '.join(PREPROCESS_MODES)}; got {preprocess!r}")
         self.model = model
         self.processor = processor
         self.checkpoint = checkpoint
@@ -65,6 +73,11 @@ class Engine:
         self.backbone = BlockDiffusionBackbone(model, synchronize=self._sync)
         self._lock = threading.Lock()
         self._cancel = threading.Event()
+        self.preprocess = preprocess  # host: PIL on the CPU; device: resize and patch cut on `device`
+        processor.images_on = device if preprocess == "device" else None
+        # an instrument told each decoding phase as it starts (`block_diffusion_decode`'s `observe`), when a
+        # call passes none: the end-to-end benchmark times the node's own calls with it
+        self.phase_observer: Callable[[str], None] | None = None
 
     @classmethod
     def load(
@@ -74,11 +87,14 @@ class Engine:
         dtype: str | torch.dtype = "bfloat16",
         min_pixels: int = DEFAULT_MIN_PIXELS,
         max_pixels: int = DEFAULT_MAX_PIXELS,
+        preprocess: str = DEFAULT_PREPROCESS,
     ) -> Engine:
         """Validate and load a checkpoint directory onto a device (`auto`, `cpu`, `cuda[:N]`, `npu[:N]`).
 
         A model name (`"demo"`, `"tiny"`) is resolved by the caller: `Engine.load(resolve_model("demo"))`
-        with :func:`wam_diff2_ros.demo.resolve_model`.
+        with :func:`wam_diff2_ros.demo.resolve_model`. `preprocess`: `host` (resize and patch cut with PIL on the
+        CPU) or `device` (the frame moved first, both on the model's device; the same bits), see
+        :mod:`~wam_diff2_ros.core.device_preprocess`.
         """
         info = inspect_checkpoint(checkpoint)
         torch_device = resolve_device(device)
@@ -87,7 +103,7 @@ class Engine:
             LOG.info("%s on CPU is usually slower than float32 (no native bf16/fp16 units)", torch_dtype)
         processor = load_processor(info, min_pixels=min_pixels, max_pixels=max_pixels)
         model = load_model(info, torch_device, torch_dtype)
-        return cls(model, processor, info, torch_device)
+        return cls(model, processor, info, torch_device, preprocess=preprocess)
 
     @property
     def dtype(self) -> torch.dtype:
@@ -149,7 +165,7 @@ class Engine:
                     config,
                     synchronize=self._sync,
                     cancel=self._cancel.is_set,
-                    observe=observe,
+                    observe=observe or self.phase_observer,
                 )
             return self._collect(output, inputs, preprocess_s)
 
