@@ -16,9 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from wam_diff2_ros.bench import BenchSettings, print_figures, run
+from wam_diff2_ros.bench.end_to_end import EndToEndSettings, print_end_to_end, run_end_to_end
+from wam_diff2_ros.bench.preprocessing import SIZES, compare, print_comparison
 from wam_diff2_ros.bench.runs import COMPILED, ENGINE_CHOICES
+from wam_diff2_ros.core.device_preprocess import PREPROCESS_MODES
 
 _DEFAULTS = BenchSettings()
+_END = EndToEndSettings()
 
 
 def _add(parser: argparse.ArgumentParser, flag: str, **kwargs: Any) -> None:
@@ -65,6 +69,25 @@ def build_parser() -> argparse.ArgumentParser:
     _add(parser, "--iterations", type=int, default=d.iterations)
     _add(parser, "--no-counters", action="store_true", help="skip the counted run (host reads, aten ops)")
     _add(parser, "--json", type=Path, default=None, help="also write the figures to this JSON file")
+    end = parser.add_argument_group("end to end (through the node's runtime: Image message in, Path out)")
+    end.add_argument("--end-to-end", action="store_true", help="time whole plans through the node's PlannerRuntime")
+    end.add_argument("--plans", type=int, default=_END.plans, help="timed plans per schedule")
+    end.add_argument(
+        "--steps-per-block",
+        type=int,
+        action="append",
+        default=None,
+        help="force exactly N denoising steps per block (the static schedule); 0 = the dynamic default; repeat "
+        "to measure several schedules in one run",
+    )
+    end.add_argument("--blocks", type=int, default=_END.blocks, help="response blocks per plan")
+    end.add_argument("--preprocess", choices=PREPROCESS_MODES, default=_END.preprocess, help="model.preprocess")
+    parser.add_argument(
+        "--preprocessing",
+        action="store_true",
+        help="compare host and device image preprocessing instead: pixel values (against transformers' image "
+        "processor too) and host time per frame of --width x --height (--iterations repeats)",
+    )
     return parser
 
 
@@ -72,6 +95,30 @@ def settings_from(args: argparse.Namespace) -> BenchSettings:
     """The library's settings from parsed flags."""
     fields = {f.name: getattr(args, f.name) for f in dataclasses.fields(BenchSettings) if f.name != "engine"}
     return BenchSettings(**fields, engine=tuple(args.engine or _DEFAULTS.engine))
+
+
+def end_to_end_settings(args: argparse.Namespace) -> EndToEndSettings:
+    """The end-to-end benchmark's settings from parsed flags (the first --engine; `fast-compiled` is not one)."""
+    engine = (args.engine or ["auto"])[0]
+    if engine == COMPILED:
+        raise ValueError(f"--end-to-end runs the node's decoding engines (exact, fast, auto), not {COMPILED}")
+    return EndToEndSettings(
+        model_id=args.model_id,
+        random_2b=args.random_2b,
+        text_layers=args.text_layers,
+        vision_layers=args.vision_layers,
+        device=args.device,
+        dtype=args.dtype,
+        width=args.width,
+        height=args.height,
+        engine=engine,
+        no_cuda_graphs=args.no_cuda_graphs,
+        preprocess=args.preprocess,
+        steps_per_block=tuple(args.steps_per_block or _END.steps_per_block),
+        blocks=args.blocks,
+        plans=args.plans,
+        warmup=args.warmup,
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -83,12 +130,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    if args.preprocessing:
+        figures = compare(((args.width, args.height), *SIZES[1:]), repeats=args.iterations)
+        print_comparison(figures)
+        if args.json:
+            args.json.write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
+        return 0
     try:
-        figures = run(settings_from(args))
+        figures = run_end_to_end(end_to_end_settings(args)) if args.end_to_end else run(settings_from(args))
     except Exception as exc:
         print(f"wam-diff2-bench: error: {exc}", file=sys.stderr)
         return 1
-    print_figures(figures)
+    (print_end_to_end if args.end_to_end else print_figures)(figures)
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
     return 0

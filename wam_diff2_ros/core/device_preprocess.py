@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import math
+import threading
 from typing import Any
 
 import numpy as np
@@ -113,9 +114,39 @@ def resize_bicubic_pil(image_hwc: torch.Tensor, width: int, height: int) -> torc
     return image_hwc
 
 
-def frame_to_device(image: np.ndarray, device: torch.device) -> torch.Tensor:
-    """An HxWx3 uint8 array as a tensor on `device`: no copy on the CPU; on CUDA one copy into pinned host
-    memory, then a non-blocking transfer."""
+class PinnedStaging:
+    """Reused pinned host buffers, one per frame shape, for non-blocking copies to a CUDA device.
+
+    A fresh buffer per frame would pay the page faults of a 6 MB allocation every frame; a reused one must not
+    be overwritten while its previous transfer may still be reading it, so each copy records an event and the
+    next use of that buffer waits for it.
+    """
+
+    def __init__(self) -> None:
+        self._buffers: dict[tuple[int, ...], tuple[torch.Tensor, Any]] = {}
+        self._lock = threading.Lock()
+
+    def to_device(self, host: torch.Tensor, device: torch.device) -> torch.Tensor:
+        """`host` (uint8) on `device`: copied into the shape's pinned buffer, then sent without blocking."""
+        with self._lock:
+            buffer, event = self._buffers.get(tuple(host.shape), (None, None))
+            if buffer is None:
+                buffer = torch.empty(host.shape, dtype=torch.uint8, pin_memory=True)
+            elif event is not None:
+                event.synchronize()  # the previous frame's transfer has read the buffer
+            np.copyto(buffer.numpy(), host.numpy())  # one memcpy on this thread (no thread pool)
+            on_device = buffer.to(device, non_blocking=True)
+            event = torch.cuda.Event()
+            event.record()
+            self._buffers[tuple(host.shape)] = (buffer, event)
+            return on_device
+
+
+_STAGING = PinnedStaging()
+
+
+def host_frame(image: np.ndarray) -> torch.Tensor:
+    """An HxWx3 (or HxW mono) uint8 array checked and viewed as an HxWxC tensor (no copy when contiguous)."""
     array = np.asarray(image)
     if array.dtype != np.uint8:
         raise ImageInputError(f"expected a uint8 image array, got dtype {array.dtype}")
@@ -125,13 +156,17 @@ def frame_to_device(image: np.ndarray, device: torch.device) -> torch.Tensor:
         raise ImageInputError(f"expected an HxWx3 RGB array, got shape {array.shape}")
     if array.shape[0] == 0 or array.shape[1] == 0:
         raise ImageInputError(f"image has no pixels ({array.shape[1]}x{array.shape[0]})")
-    host = torch.from_numpy(np.ascontiguousarray(array))
+    return torch.from_numpy(np.ascontiguousarray(array))
+
+
+def frame_to_device(image: np.ndarray, device: torch.device) -> torch.Tensor:
+    """An HxWx3 uint8 array as a tensor on `device`: no copy on the CPU; on CUDA one copy into a reused pinned
+    host buffer (`PinnedStaging`), then a non-blocking transfer."""
+    host = host_frame(image)
     if device.type == "cpu":
         return host
     if device.type == "cuda":
-        pinned = torch.empty(host.shape, dtype=torch.uint8, pin_memory=True)
-        pinned.copy_(host)
-        return pinned.to(device, non_blocking=True)
+        return _STAGING.to_device(host, device)
     return host.to(device)
 
 
