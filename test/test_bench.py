@@ -51,6 +51,10 @@ def test_gpu_bench_script_runs_its_tiny_cpu_mode(tmp_path):
     assert isinstance(figures["compiled_tokens_identical"], bool) and figures["compiled_speedup"] > 0
     assert figures["engines"]["fast-compiled"]["ops_per_step"] is None  # fused kernels are no aten ops
     assert "fast-compiled: tokens identical" in done.stdout
+    for preprocess in ("host", "device"):  # end to end through the node's runtime, forced and dynamic schedules
+        end_to_end = json.loads((tmp_path / f"end_to_end_{preprocess}.json").read_text())
+        assert set(end_to_end["schedules"]) == {"12 steps/block", "dynamic"} and end_to_end["preprocess"] == preprocess
+    assert json.loads((tmp_path / "preprocessing.json").read_text())["rows"]
     agreement = json.loads((tmp_path / "agreement.json").read_text())
     assert set(agreement["variants"]) == {"fast (no graphs)", "fast-compiled", "exact (float32)"}
     profile = json.loads((tmp_path / "profile.json").read_text())
