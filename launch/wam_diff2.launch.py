@@ -14,16 +14,23 @@ Arguments (``ros2 launch wam_diff2_ros wam_diff2.launch.py --show-args``):
   headless vehicle needs none), ``rviz_config`` (default ``config/wam_diff2.rviz``; its topics assume the
   default node name and no namespace);
 * ``sigterm_timeout`` (5 s, launch's default): how long ``ros2 launch`` waits after SIGINT before it sends
-  SIGTERM (the node exits within about a second, cancelling a running decode);
-* camera/input remaps: ``image_topics`` and ``camera_info_topics`` (comma-separated, in
-  ``cameras.names`` order → ``~/input/image_<n>``, ``~/input/camera_info_<n>``), ``odometry_topic``,
-  ``acceleration_topic``, ``command_topic``, ``driving_command_topic`` (empty = no remap).
+  SIGTERM (the node exits within about a second, cancelling a running decode). A ``ros2 launch`` stopped by a
+  SIGINT to its PID alone (systemd, scripts) escalates to SIGTERM after ``sigterm_timeout`` unless it runs with
+  ``--noninteractive``;
+* input remaps, one per input of the node's input table (``wam_diff2_ros.ros.inputs``): ``image_topics``
+  and ``camera_info_topics`` (comma-separated, in ``cameras.names`` order → ``~/input/image_<n>``,
+  ``~/input/camera_info_<n>``), ``odometry_topic``, ``acceleration_topic``, ``command_topic``,
+  ``driving_command_topic`` (empty = no remap).
 
 Fast DDS: unless ``FASTDDS_DEFAULT_PROFILES_FILE`` / ``FASTRTPS_DEFAULT_PROFILES_FILE`` is already set,
 the package's ``config/fastdds_profile.xml`` is set for every process this launch starts (large images
 are otherwise lost; camera drivers started elsewhere need the same variable). The node is a lifecycle
 node with ``autostart: true`` in the default parameters, so it configures and activates by itself;
 set ``autostart: false`` to drive it with ``ros2 lifecycle set``.
+
+Everything the launch needs (the parameter file, the packages and executables it starts, RViz's config) is
+checked before any action is returned: a launch that cannot start all of it starts nothing (launch would
+otherwise leave the planner running, orphaned, after RViz failed to start).
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
 
 from launch import LaunchDescription
+from wam_diff2_ros.ros.inputs import INPUTS
 
 PACKAGE = "wam_diff2_ros"
 PROFILE_VARIABLES = ("FASTDDS_DEFAULT_PROFILES_FILE", "FASTRTPS_DEFAULT_PROFILES_FILE")
@@ -54,12 +62,16 @@ ARGUMENTS: tuple[tuple[str, str, str], ...] = (
     ("rviz", "false", "also start RViz with rviz_config (needs rviz2, not a dependency of this package)"),
     ("rviz_config", "", "RViz config (empty = the package's config/wam_diff2.rviz)"),
     ("sigterm_timeout", "5", "seconds launch waits after SIGINT before SIGTERM (then sigkill_timeout to SIGKILL)"),
-    ("image_topics", "", "comma-separated camera image topics in cameras.names order (→ ~/input/image_<n>)"),
-    ("camera_info_topics", "", "comma-separated CameraInfo topics in cameras.names order"),
-    ("odometry_topic", "", "nav_msgs/Odometry topic (→ ~/input/odometry)"),
-    ("acceleration_topic", "", "geometry_msgs/AccelWithCovarianceStamped topic (→ ~/input/acceleration)"),
-    ("command_topic", "", "std_msgs/String navigation command topic (→ ~/input/command)"),
-    ("driving_command_topic", "", "wam_diff2_ros/DrivingCommand topic (→ ~/input/driving_command)"),
+    *(
+        (
+            spec.request_key,
+            "",
+            f"comma-separated {spec.label} topics in cameras.names order (→ {spec.topic()}_<n>)"
+            if spec.per_camera
+            else f"{' or '.join(spec.msg_types)} topic (→ {spec.topic()})",
+        )
+        for spec in INPUTS
+    ),
 )
 
 
@@ -102,6 +114,46 @@ def profile_actions(share: Path) -> list[object]:
     return [SetEnvironmentVariable(name, value) for name, value in variables.items()]
 
 
+class LaunchRequirementError(RuntimeError):
+    """Something the launch needs is missing; raised before any action exists, so nothing was started."""
+
+
+def executable_problem(package: str, executable: str) -> str | None:
+    """Why ``launch_ros`` would not find ``executable`` of ``package`` (``<prefix>/lib/<package>/``, through the
+    ament index), or None; None also where there is no ament index to look in (``ros2 launch`` always has one)."""
+    try:
+        from ament_index_python.packages import PackageNotFoundError, get_package_prefix
+    except ImportError:
+        return None
+    try:
+        prefix = get_package_prefix(package)
+    except PackageNotFoundError:
+        return f"package '{package}' not found"
+    except (LookupError, OSError, ValueError):  # AMENT_PREFIX_PATH unset: no index to check against
+        return None
+    path = Path(prefix) / "lib" / package / executable
+    if not (path.is_file() and os.access(path, os.X_OK)):
+        return f"executable '{executable}' not found in package '{package}' ({path.parent})"
+    return None
+
+
+def requirement_problems(params_file: str, rviz: bool, rviz_config: str) -> list[str]:
+    """Everything missing for this launch (empty when it can start all it is asked to)."""
+    problems = []
+    if not Path(params_file).is_file():
+        problems.append(f"params_file {params_file!r} is not a file")
+    node = executable_problem(PACKAGE, "wam_diff2_node")
+    if node:
+        problems.append(f"{node} (build and source the workspace: colcon build, source install/setup.bash)")
+    if rviz:
+        viewer = executable_problem("rviz2", "rviz2")
+        if viewer:
+            problems.append(f"rviz:=true needs RViz: {viewer} (install ros-$ROS_DISTRO-rviz2, or rviz:=false)")
+        if not Path(rviz_config).is_file():
+            problems.append(f"rviz_config {rviz_config!r} is not a file")
+    return problems
+
+
 def launch_setup(context: object, *args: object, **kwargs: object) -> list[object]:
     """Build the actions from the launch arguments (OpaqueFunction, so empty values can mean "keep")."""
 
@@ -110,6 +162,10 @@ def launch_setup(context: object, *args: object, **kwargs: object) -> list[objec
 
     share = share_dir()
     params_file = arg("params_file") or str(share / "config" / "wam_diff2.yaml")
+    rviz_config = arg("rviz_config") or str(share / "config" / "wam_diff2.rviz")
+    problems = requirement_problems(params_file, _is_true(arg("rviz")), rviz_config)
+    if problems:
+        raise LaunchRequirementError("cannot launch, nothing was started: " + "; ".join(problems))
     use_sim_time = _is_true(arg("use_sim_time"))
     overrides: dict[str, object] = {"use_sim_time": use_sim_time}
     for argument, parameter in (("model_path", "model.path"), ("device", "model.device"), ("dtype", "model.dtype")):
@@ -117,18 +173,11 @@ def launch_setup(context: object, *args: object, **kwargs: object) -> list[objec
             overrides[parameter] = arg(argument)
 
     remappings: list[tuple[str, str]] = []
-    for index, topic in enumerate(_topics(arg("image_topics"))):
-        remappings.append((f"~/input/image_{index}", topic))
-    for index, topic in enumerate(_topics(arg("camera_info_topics"))):
-        remappings.append((f"~/input/camera_info_{index}", topic))
-    for argument, private in (
-        ("odometry_topic", "~/input/odometry"),
-        ("acceleration_topic", "~/input/acceleration"),
-        ("command_topic", "~/input/command"),
-        ("driving_command_topic", "~/input/driving_command"),
-    ):
-        if arg(argument):
-            remappings.append((private, arg(argument)))
+    for spec in INPUTS:
+        if spec.per_camera:
+            remappings += [(spec.topic(index), topic) for index, topic in enumerate(_topics(arg(spec.request_key)))]
+        elif arg(spec.request_key):
+            remappings.append((spec.topic(), arg(spec.request_key)))
 
     actions: list[object] = profile_actions(share)
     actions.append(
@@ -150,7 +199,7 @@ def launch_setup(context: object, *args: object, **kwargs: object) -> list[objec
             package="rviz2",
             executable="rviz2",
             name="rviz2",
-            arguments=["-d", arg("rviz_config") or str(share / "config" / "wam_diff2.rviz")],
+            arguments=["-d", rviz_config],
             parameters=[{"use_sim_time": use_sim_time}],
             output="log",
             condition=IfCondition(LaunchConfiguration("rviz")),

@@ -2,7 +2,9 @@
 # The fast engine's GPU checks in one short run (GPU time is scarce); prints everything and writes JSON to $OUT.
 #
 #   scripts/bench_gpu.sh                    on a CUDA machine (installs a CUDA torch into .venv if torch has none)
-#   BENCH_GPU_TINY=1 scripts/bench_gpu.sh   the same steps on the tiny/demo models on CPU (checks the script)
+#   BENCH_GPU_TINY=1 scripts/bench_gpu.sh   the same steps on the tiny model on CPU, in seconds (checks the script):
+#                                           no step time limits (a loaded machine is slow, not wrong), and
+#                                           no fast-compiled variant (its compilation takes minutes on a CPU)
 #
 # Steps (a failing step is reported and the next one still runs; the exit status is 1 if any failed):
 #   1. wam-diff2-bench on the full WAM-Diff2 2B architecture (random weights), bfloat16, one 1920x1080 image
@@ -34,10 +36,11 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 mkdir -p "$OUT"
 failed=()
 
-step() {  # step NAME SECONDS COMMAND...: run (at most SECONDS), time and report; a failure does not stop the others
-  local name=$1 limit=$2 started=$SECONDS
+step() {  # step NAME SECONDS COMMAND...: run (at most SECONDS; no limit in tiny mode), time and report; a failure
+  local name=$1 limit=$2 started=$SECONDS  # does not stop the others
   shift 2
   echo "== $name"
+  [ "${BENCH_GPU_TINY:-0}" = 1 ] && limit=0  # timeout 0: no limit
   if timeout "$limit" "$@"; then
     echo "-- $name: ok ($((SECONDS - started)) s)"
   else
@@ -47,9 +50,11 @@ step() {  # step NAME SECONDS COMMAND...: run (at most SECONDS), time and report
 }
 
 if [ "${BENCH_GPU_TINY:-0}" = 1 ]; then
-  device=cpu agreement_dtype=float32 prompts=2 probe=(--tiny --device cpu)
+  device=cpu agreement_dtype=float32 probe=(--tiny --device cpu)
+  agreement=(--model tiny --prompts 1 --width 64 --height 64)
   bench=(--model-id tiny --device cpu --dtype float32 --width 64 --height 64 --max-new-tokens 20 --block-size 8)
   bench+=(--warmup 0 --iterations 1)
+  variants=(--engine fast) compared="exact vs fast"
 else
   if ! "$PYTHON" -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)"; then
     if ! command -v nvidia-smi >/dev/null; then
@@ -60,16 +65,17 @@ else
     "$PYTHON" -m pip install --quiet ${CUDA_TORCH_SPEC:-torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128}
   fi
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
-  device=cuda agreement_dtype=bfloat16 prompts=24 probe=(--device cuda)
+  device=cuda agreement_dtype=bfloat16 probe=(--device cuda)
+  agreement=(--model demo --prompts 24 --compiled)
+  variants=(--engine fast --engine fast-compiled) compared="exact vs fast vs fast-compiled"
   bench=(--random-2b --device cuda --dtype bfloat16 --width 1920 --height 1080 --warmup 3 --iterations "$ITERATIONS")
 fi
 "$PYTHON" -c "import sys, torch, transformers; print('python', sys.version.split()[0], 'torch', torch.__version__,
 'transformers', transformers.__version__, 'cuda', torch.version.cuda)"
 
 # the figures first: if time runs out, the later checks are what is lost
-step "exact vs fast vs fast-compiled" 240 \
-  "$PYTHON" -m wam_diff2_ros.cli.bench "${bench[@]}" --engine exact --engine fast --engine fast-compiled \
-  --json "$OUT/bench_gpu.json"
+step "$compared" 240 \
+  "$PYTHON" -m wam_diff2_ros.cli.bench "${bench[@]}" --engine exact "${variants[@]}" --json "$OUT/bench_gpu.json"
 # end to end through the node's runtime (the figures of a vehicle's plan), then host vs device preprocessing
 if [ "${BENCH_GPU_TINY:-0}" = 1 ]; then
   # the exact engine: the fast one's CPU kernels are built on first use in each process (minutes)
@@ -88,13 +94,13 @@ done
 step "host vs device preprocessing" 120 \
   "$PYTHON" -m wam_diff2_ros.cli.bench --preprocessing "${preprocessing[@]}" --json "$OUT/preprocessing.json"
 
-step "demo model agreement, $agreement_dtype" 90 \
-  "$PYTHON" scripts/engine_agreement.py --model demo --device "$device" --dtype "$agreement_dtype" \
-  --prompts "$prompts" --compiled --yardstick-dtype float32 --json "$OUT/agreement.json"
+step "engine agreement, $agreement_dtype" 90 \
+  "$PYTHON" scripts/engine_agreement.py "${agreement[@]}" --device "$device" --dtype "$agreement_dtype" \
+  --yardstick-dtype float32 --json "$OUT/agreement.json"
 step "fast == exact on CUDA, float32 (skipped without CUDA)" 120 \
   "$PYTHON" -m pytest -q -p no:cacheprovider -x test/test_fast_decoding_cuda.py
 step "step graph and plan phase profile" 120 \
-  "$PYTHON" scripts/profile_gpu_step.py "${bench[@]}" --max-new-tokens 32 --engine fast --engine fast-compiled \
+  "$PYTHON" scripts/profile_gpu_step.py "${bench[@]}" --max-new-tokens 32 "${variants[@]}" \
   --json "$OUT/profile.json"  # one block: the same step graph (capacity bucket), a plan trace 4x smaller
 step "matrix products, attention and patch embedding by variant" 90 \
   "$PYTHON" scripts/probe_gpu_kernels.py "${probe[@]}" --json "$OUT/kernels.json"

@@ -40,7 +40,7 @@ ensure_system_packages() {
 }
 
 stamp_of() {  # changes whenever what the venv is built from changes
-  cat setup.py pyproject.toml CMakeLists.txt package.xml msg/*.msg 2>/dev/null | sha256sum | cut -c1-16
+  cat setup.py pyproject.toml CMakeLists.txt package.xml msg/*.msg wam_diff2_ros/core/cpu_kernels.cpp 2>/dev/null | sha256sum | cut -c1-16
   printf '%s %s\n' "$TORCH_SPEC" "$MODE"
 }
 
@@ -67,9 +67,13 @@ log "installing $TORCH_SPEC"
 "${PIP[@]}" install $TORCH_SPEC
 log "installing the package ($EXTRAS ${EXTRA_SPECS[*]})"
 "${PIP[@]}" install -e "$EXTRAS" "${EXTRA_SPECS[@]}"
-log "building the fast engine's CPU kernels (core/cpu_kernels.py; cached per machine)"
-"$VENV/bin/python" -c 'from wam_diff2_ros.core.cpu_kernels import load_kernel
-print("[bootstrap] CPU kernels", "ready" if load_kernel() is not None else "unavailable: the fast engine runs stock layers")'
+log "building the fast engine's CPU kernels (core/cpu_kernels.cpp; once per environment, kept in $VENV)"
+"$VENV/bin/python" -c 'from wam_diff2_ros.core.cpu_kernels import ISA_RANK, build_directory, kernel_isa, kernel_loads, load_kernel
+# this CPU'"'"'s variant, and the AVX2 one on an AVX-512 CPU too (the tests check both; WAM_DIFF2_CPU_KERNEL_ISA=AVX2)
+for isa in dict.fromkeys([kernel_isa(), *(["AVX2"] if ISA_RANK.get(kernel_isa(), 0) > ISA_RANK["AVX2"] else [])]):
+    ready = load_kernel(isa) is not None
+    print("[bootstrap] CPU kernels", isa, kernel_loads().get(isa, "?"), build_directory(isa) if ready else
+          "(the fast engine runs the stock layers)")'
 if [ "$MODE" = main ]; then
   log "building the package's ROS 2 messages"
   "$VENV/bin/wam-diff2-build-interfaces"

@@ -27,13 +27,16 @@ else
   .venv/bin/wam-diff2-make-sample-bag "$BAG" --overwrite
 fi
 
-echo "[demo] replaying it with the demo model (plans at 2 Hz on the bag clock: 50 plans)"
+echo "[demo] replaying it with the demo model (plans at 2 Hz on the bag clock)"
 rc=0
 .venv/bin/wam-diff2-replay "$BAG" --out "$REPLAY" --model demo --rate-hz 2 --overwrite "$@" || rc=$?
+# the count the replay itself recorded (not a figure written here)
+plans=$(.venv/bin/python -c 'import json, sys; m = json.load(open(sys.argv[1]))
+print(m["num_instants"], "plans,", m["num_valid"], "valid")' "$REPLAY/metrics.json" 2>/dev/null || echo "no metrics")
 
 cat <<EOF
 
-[demo] done in $(( $(date +%s) - started )) s (exit code $rc)
+[demo] done in $(( $(date +%s) - started )) s (exit code $rc): $plans
   output bag:   $REPLAY/out          (ros2 bag play $REPLAY/out, or open $REPLAY/out/out.mcap in Foxglove)
   metrics:      $REPLAY/metrics.json
   plots:        $REPLAY/plots/bev.png, $REPLAY/plots/error_over_horizon.png

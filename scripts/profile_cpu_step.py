@@ -31,6 +31,7 @@ from profile_gpu_step import host_ms  # scripts/: the host timing loop the other
 from wam_diff2_ros.bench.runs import engine_config, load_engine, workload
 from wam_diff2_ros.cli.bench import build_parser, settings_from
 from wam_diff2_ros.core import decoding, fast_decoding
+from wam_diff2_ros.core.cpu_kernels import kernel_paths
 from wam_diff2_ros.core.model import BlockDiffusionBackbone
 
 PEAK_SIZE = 2048  # the reference product: PEAK_SIZE³ float32
@@ -115,6 +116,7 @@ def main() -> int:
     figures = profile(engine, conversations, config, args.plans)
     figures["gemm_gflops_per_s"] = peak = gemm_gflops()
     figures["threads"] = torch.get_num_threads()
+    figures["cpu_kernel_paths"] = kernel_paths()  # per shape: the kernel, or the stock layer (its probe's verdict)
     print(f"fast engine, {figures['steps']} denoising steps in {args.plans} plan(s), {figures['threads']} threads")
     for label in ("layers", "output layer", "sampling", "remasking selection"):
         entry = figures.get(label)

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from core_helpers import patient
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 FASTDDS_PROFILE = REPO_ROOT / "config" / "fastdds_profile.xml"
@@ -50,6 +51,7 @@ FASTDDS_PROFILE = REPO_ROOT / "config" / "fastdds_profile.xml"
 #: wheels' bootstrapper sets them for this venv's Python only.
 BOOTSTRAP_VARIABLES = ("LD_LIBRARY_PATH", "_ROS_WHEELS_BOOTSTRAP_COMPLETE")
 DEFAULT_TIMEOUT_S = 10.0
+
 
 _ROS_ENV: dict[str, str] = {}
 _TMP_DIR: Path | None = None
@@ -120,8 +122,8 @@ def unique_name(stem: str = "test") -> str:
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float = DEFAULT_TIMEOUT_S, period: float = 0.02) -> bool:
-    """Poll ``predicate`` until it is true or ``timeout`` seconds pass; return its last value."""
-    deadline = time.monotonic() + timeout
+    """Poll ``predicate`` until it is true or ``timeout`` (scaled) seconds pass; return its last value."""
+    deadline = time.monotonic() + patient(timeout)
     while True:
         if predicate():
             return True
@@ -160,7 +162,7 @@ def wait_for_messages(
     try:
         if trigger is not None:
             trigger()
-        done.wait(timeout)
+        done.wait(patient(timeout))
     finally:
         node.destroy_subscription(subscription)
     with lock:
@@ -295,8 +297,8 @@ class RosProcess:
         return self.log_path.read_text(encoding="utf-8", errors="replace")
 
     def wait(self, timeout: float = DEFAULT_TIMEOUT_S) -> int:
-        """Wait for exit and return the exit code (raises subprocess.TimeoutExpired)."""
-        return self.popen.wait(timeout)
+        """Wait for exit and return the exit code (raises subprocess.TimeoutExpired after ``timeout``, scaled)."""
+        return self.popen.wait(patient(timeout))
 
     def stop(self, timeout: float = 5.0) -> int:
         """SIGINT (what Ctrl-C / ros2 launch send), then SIGKILL after ``timeout``; return exit code."""
@@ -304,14 +306,14 @@ class RosProcess:
 
 
 def stop_process(popen: subprocess.Popen, timeout: float) -> int:
-    """Stop a child as Ctrl-C / ``ros2 launch`` do: SIGINT, then SIGKILL after ``timeout``; its exit code."""
+    """Stop a child as Ctrl-C / ``ros2 launch`` do: SIGINT, then SIGKILL after ``timeout`` (scaled); its exit code."""
     if popen.poll() is None:
         popen.send_signal(signal.SIGINT)
         try:
-            popen.wait(timeout)
+            popen.wait(patient(timeout))
         except subprocess.TimeoutExpired:
             popen.kill()
-            popen.wait(timeout)
+            popen.wait(patient(timeout))
     return popen.returncode
 
 

@@ -3,12 +3,24 @@
 from __future__ import annotations
 
 import atexit
+import os
 import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+#: Every wait in the tests is for an event; its limit only guards against a hang, so a loaded machine must not trip
+#: it: the wait helpers multiply each limit by this (WAM_DIFF2_TEST_WAIT_SCALE overrides). Waits that succeed return
+#: as soon as the event happens, so a generous limit costs a passing test nothing.
+WAIT_SCALE = float(os.environ.get("WAM_DIFF2_TEST_WAIT_SCALE", "6"))
+
+
+def patient(seconds: float) -> float:
+    """A wait limit, scaled for a busy machine (see ``WAIT_SCALE``)."""
+    return seconds * WAIT_SCALE
+
 
 _ROOT: Path | None = None
 _CACHE: dict[tuple, Path] = {}

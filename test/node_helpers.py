@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from core_helpers import patient
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SUPPORT_SCRIPT = Path(__file__).resolve()
@@ -333,8 +334,8 @@ class Collector:
         self, predicate: Callable[[Any], bool] = lambda m: True, timeout: float = 10.0, new_only: bool = False
     ) -> Any | None:
         """The first message matching ``predicate`` (``new_only``: received after this call started; else also
-        earlier ones); None on timeout."""
-        deadline = time.monotonic() + timeout
+        earlier ones); None on timeout (scaled for a busy machine: conftest.patient)."""
+        deadline = time.monotonic() + patient(timeout)
         with self._event:
             seen = len(self.messages) if new_only else 0
             while True:
@@ -445,13 +446,13 @@ class Harness:
             spin_until_shutdown(self.executor, self.context)
 
     def call(self, srv_type: type, name: str, request: Any, timeout: float = 10.0) -> Any | None:
-        """Call a service and wait for the response (None on timeout)."""
+        """Call a service and wait for the response (None on timeout, scaled: conftest.patient)."""
         client = self.node.create_client(srv_type, name)
         try:
-            if not client.wait_for_service(timeout_sec=timeout):
+            if not client.wait_for_service(timeout_sec=patient(timeout)):
                 return None
             future = client.call_async(request)
-            deadline = time.monotonic() + timeout
+            deadline = time.monotonic() + patient(timeout)
             while not future.done() and time.monotonic() < deadline:
                 time.sleep(0.01)
             return future.result() if future.done() else None
@@ -492,8 +493,8 @@ class Harness:
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float = 10.0, period: float = 0.05) -> bool:
-    """Poll ``predicate`` until true or timeout."""
-    deadline = time.monotonic() + timeout
+    """Poll ``predicate`` until true or timeout (scaled for a busy machine: conftest.patient)."""
+    deadline = time.monotonic() + patient(timeout)
     while time.monotonic() < deadline:
         if predicate():
             return True

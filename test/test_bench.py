@@ -36,6 +36,8 @@ def test_bench_decoding_defaults_come_from_decode_config():
 
 
 def test_gpu_bench_script_runs_its_tiny_cpu_mode(tmp_path):
+    """Every step of scripts/bench_gpu.sh on the tiny model (no step time limits there, no compiled variant: the
+    mode checks the script's plumbing in seconds; the compiled engine has its own tests)."""
     import os
     import subprocess
     import sys
@@ -43,27 +45,25 @@ def test_gpu_bench_script_runs_its_tiny_cpu_mode(tmp_path):
 
     script = Path(__file__).resolve().parents[1] / "scripts" / "bench_gpu.sh"
     env = dict(os.environ, BENCH_GPU_TINY="1", PYTHON=sys.executable, OUT=str(tmp_path), OMP_NUM_THREADS="1")
-    done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert "tokens identical: True" in done.stdout
+    done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=3600)  # a hang
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "tokens identical: True" in done.stdout and "FAILED" not in done.stdout
     figures = json.loads((tmp_path / "bench_gpu.json").read_text())
-    assert set(figures["engines"]) == {"exact", "fast", "fast-compiled"} and figures["tokens_identical"]
-    assert isinstance(figures["compiled_tokens_identical"], bool) and figures["compiled_speedup"] > 0
-    assert figures["engines"]["fast-compiled"]["ops_per_step"] is None  # fused kernels are no aten ops
-    assert "fast-compiled: tokens identical" in done.stdout
+    assert set(figures["engines"]) == {"exact", "fast"} and figures["tokens_identical"] and figures["speedup"] > 0
+    assert set(figures["cpu_kernels"]) == {"loads", "paths"}  # which path each shape ran
     for preprocess in ("host", "device"):  # end to end through the node's runtime, forced and dynamic schedules
         end_to_end = json.loads((tmp_path / f"end_to_end_{preprocess}.json").read_text())
         assert set(end_to_end["schedules"]) == {"12 steps/block", "dynamic"} and end_to_end["preprocess"] == preprocess
     assert json.loads((tmp_path / "preprocessing.json").read_text())["rows"]
     agreement = json.loads((tmp_path / "agreement.json").read_text())
-    assert set(agreement["variants"]) == {"fast (no graphs)", "fast-compiled", "exact (float32)"}
+    assert set(agreement["variants"]) == {"fast (no graphs)", "exact (float32)"}
     profile = json.loads((tmp_path / "profile.json").read_text())
     assert profile["step_graphs"] == {}  # no CUDA graphs to profile on CPU
     for phases in profile["plan_phases"].values():  # one plan per engine, by decoder phase
         assert {"plan", "prefill", "vision", "step", "commit"} <= set(phases)
         assert phases["plan"]["wall_ms"] > phases["prefill"]["wall_ms"] > phases["vision"]["wall_ms"] > 0
         assert phases["step"]["count"] >= 2 and phases["vision"]["count"] == 1
-    assert set(profile["plan_phases"]) == {"fast", "fast-compiled"} and "one plan by phase" in done.stdout
+    assert set(profile["plan_phases"]) == {"fast"} and "one plan by phase" in done.stdout
     products = json.loads((tmp_path / "kernels.json").read_text())["products"]
     assert {"q, k, v (3 products) x4 layers", "q/k/v merged x4 layers", "output layer"} <= set(products)
     assert "attention: masked SDPA after repeat_kv x4" in products
@@ -89,8 +89,9 @@ def test_cpu_step_profile_times_the_parts_and_counts_their_products(tmp_path):
     import sys
     from pathlib import Path
 
-    import torch
     from core_helpers import can_build_row_kernel
+
+    from wam_diff2_ros.core.cpu_kernels import kernel_isa
 
     script = Path(__file__).resolve().parents[1] / "scripts" / "profile_cpu_step.py"
     out = tmp_path / "cpu_step.json"
@@ -105,8 +106,12 @@ def test_cpu_step_profile_times_the_parts_and_counts_their_products(tmp_path):
     assert figures["output layer"]["calls"] == steps  # the masked rows' logits, once per denoising step
     assert figures["sampling"]["calls"] == figures["remasking selection"]["calls"] == steps
     assert figures["layers"]["calls"] >= steps  # the steps' forwards and the commits'
-    kernel = can_build_row_kernel(torch.backends.cpu.get_cpu_capability())
-    for part in ("layers", "output layer") if kernel else ("layers",):  # no kernel: lm_head on all rows, uncounted
+    # the output layer's products are counted where its kernel ran (the probe's verdict on this CPU's MKL);
+    # without it lm_head runs on all rows, uncounted
+    output_kernel = [path for shape, path in figures["cpu_kernel_paths"].items() if shape.startswith("output layer")]
+    assert bool(output_kernel) == can_build_row_kernel(kernel_isa()), figures["cpu_kernel_paths"]
+    kernel = bool(output_kernel) and all(path.startswith("kernel") for path in output_kernel)
+    for part in ("layers", "output layer") if kernel else ("layers",):
         assert figures[part]["gflop"] > 0 and figures[part]["gflops_per_s"] > 0 and figures[part]["ms_per_step"] > 0
     assert figures["sampling"]["gflops_per_s"] is None
     assert "of the GEMM rate" in done.stdout

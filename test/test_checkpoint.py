@@ -179,7 +179,7 @@ def test_cli_reports_a_broken_checkpoint_in_one_line(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "wam_diff2_ros.cli.infer", "--model_id", str(path), "--input_file", str(eval_json),
          "--output_file", str(tmp_path / "out.json"), "--device", "cpu"],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert result.returncode == 1
     lines = [line for line in result.stderr.splitlines() if line.strip()]

@@ -1,7 +1,7 @@
 """The colcon route on the pip-installed ROS 2 wheels: ``scripts/colcon_build.sh`` builds the package into a
 temporary workspace, ``colcon test`` runs the registered pytest suite (one test of it here), and the installed
 node (``source install/setup.bash`` then ``install/wam_diff2_ros/lib/wam_diff2_ros/wam_diff2_node``, as the
-README says) comes up active over DDS running the workspace's copy of the package."""
+docs/node.md says) comes up active over DDS running the workspace's copy of the package."""
 
 from __future__ import annotations
 

@@ -1,8 +1,15 @@
-"""The fast engine's CPU kernels: the exact engine's logits for any subset of a block's rows, and the text
-layers' projections on a block, bit for bit.
+"""The fast engine's CPU kernels, tested as a contract that holds on any CPU and thread count.
 
-The kernel is compiled with torch's extension builder (g++, ninja). Where this machine can build it, the tests
-require that it builds and matches `lm_head`; where it cannot (no compiler, no AVX2), they check the fallback.
+- The kernels' arithmetic (per chunk a fused multiply-add chain from zero, chunk sums added in order, group sums
+  added in order) is checked against a float64 emulation of that arithmetic, for every variant this CPU runs:
+  no MKL involved, so a wrong index or order fails on every machine.
+- The probe's verdict is honest: where it says "kernel", the kernel's bits equal the stock layer's (MKL's, on this
+  machine and thread count) on fresh rows; where it says "fallback", the stock layer runs. Which verdict MKL's
+  blocking leads to is the machine's business, not the test's; a stock layer with known arithmetic (the emulation)
+  pins down that the probe finds a chunking where one exists.
+
+The kernels are compiled with torch's extension builder (g++, ninja); where this machine cannot build them the
+tests check the fallback.
 """
 
 from __future__ import annotations
@@ -17,18 +24,23 @@ from core_helpers import can_build_row_kernel
 
 from wam_diff2_ros.core import cpu_kernels
 from wam_diff2_ros.core.cpu_kernels import (
+    Chunking,
     ExactLinears,
     ExactRowLogits,
     candidate_chunkings,
+    kernel_isa,
+    kernel_paths,
     load_kernel,
     pack_weights,
 )
 
 pytestmark = pytest.mark.core
 
-
-ISA = torch.backends.cpu.get_cpu_capability()
+ISA = kernel_isa()
 needs_kernel = pytest.mark.skipif(not can_build_row_kernel(ISA), reason=f"cannot build the kernel here ({ISA})")
+# Every variant this CPU runs: the AVX2 one is checked on AVX-512 CPUs too.
+VARIANTS = [isa for isa in ("AVX512", "AVX2") if cpu_kernels.ISA_RANK[isa] <= cpu_kernels.ISA_RANK.get(ISA, 0)]
+THREADS = sorted({1, 2, torch.get_num_threads()})
 
 
 def _linear(outs: int, width: int, seed: int) -> torch.nn.Linear:
@@ -39,11 +51,45 @@ def _linear(outs: int, width: int, seed: int) -> torch.nn.Linear:
     return layer
 
 
+def emulate(x: torch.Tensor, weight: torch.Tensor, chunking: Chunking) -> torch.Tensor:
+    """x [N, K] @ weight[M, K].T with the kernels' arithmetic, in float64: a product of two floats is exact in
+    float64, so each fused multiply-add is the float64 sum rounded once to float32 (fixed inputs: deterministic)."""
+    x64, w64 = x.double(), weight.double()
+    total = torch.zeros(x.shape[0], weight.shape[0])
+    part = torch.zeros_like(total)
+    start = 0
+    for end in chunking.ends:
+        acc = torch.zeros_like(total)
+        for k in range(start, end):
+            acc = (x64[:, k : k + 1] * w64[:, k][None, :] + acc.double()).float()
+        part = part + acc
+        if end in chunking.groups:
+            total, part = total + part, torch.zeros_like(total)
+        start = end
+    return total
+
+
+class EmulatedLinear(torch.nn.Linear):
+    """A stock layer whose arithmetic is known: `emulate` under a fixed chunking."""
+
+    def __init__(self, width: int, outs: int, chunking: Chunking) -> None:
+        super().__init__(width, outs, bias=False)
+        self.chunking = chunking
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return emulate(x.reshape(-1, x.shape[-1]), self.weight.detach(), self.chunking).view(*x.shape[:-1], -1)
+
+
 def test_candidate_chunkings():
-    assert candidate_chunkings(64)[0] == (64,)  # one chunk first (what MKL does up to 192 here)
-    assert (128, 256) in candidate_chunkings(256)
-    assert (*range(192, 2048, 192), 2048) in candidate_chunkings(2048)
-    assert all(ends[-1] == 2048 and list(ends) == sorted(set(ends)) for ends in candidate_chunkings(2048))
+    candidates = candidate_chunkings(2048)
+    assert candidates[0] == Chunking((2048,), (2048,))  # one chunk first (what MKL does up to 192 here)
+    assert Chunking((128, 256), (256,)) in candidate_chunkings(256)
+    assert Chunking((*range(192, 2048, 192), 2048), (2048,)) in candidates
+    assert Chunking((*range(192, 1024, 192), 1024, *range(1216, 2048, 192), 2048), (1024, 2048)) in candidates
+    for chunking in candidates:
+        assert chunking.ends[-1] == chunking.groups[-1] == 2048
+        assert list(chunking.ends) == sorted(set(chunking.ends)) and set(chunking.groups) <= set(chunking.ends)
+    assert len(set(candidates)) == len(candidates)
 
 
 def test_packed_weights_hold_every_column_in_tiles_of_16():
@@ -54,7 +100,78 @@ def test_packed_weights_hold_every_column_in_tiles_of_16():
     assert torch.equal(packed[2, :, 3:], torch.zeros(3, 13))  # padding past the vocabulary
 
 
+def test_the_isa_variable_forces_a_variant_this_cpu_runs(monkeypatch):
+    capability = torch.backends.cpu.get_cpu_capability()
+    monkeypatch.setenv(cpu_kernels.ISA_ENV, "DEFAULT")
+    assert kernel_isa() == "DEFAULT"
+    monkeypatch.setenv(cpu_kernels.ISA_ENV, "AVX512")
+    assert kernel_isa() == ("AVX512" if capability == "AVX512" else capability)  # never one the CPU lacks
+    monkeypatch.delenv(cpu_kernels.ISA_ENV)
+    assert kernel_isa() == capability
+
+
+def test_each_build_is_named_by_its_source_flags_and_torch_build(monkeypatch, tmp_path):
+    monkeypatch.setenv(cpu_kernels.DIR_ENV, str(tmp_path))
+    first = cpu_kernels.build_directory("AVX2")
+    assert first.startswith(str(tmp_path)) and first != cpu_kernels.build_directory("AVX512")
+    monkeypatch.setattr(torch, "__version__", "0.0.0-another-build")
+    assert cpu_kernels.build_directory("AVX2") != first
+    monkeypatch.delenv(cpu_kernels.DIR_ENV)
+    assert cpu_kernels.kernel_root() != str(tmp_path)
+
+
 @needs_kernel
+@pytest.mark.parametrize("isa", VARIANTS)
+@pytest.mark.parametrize(
+    "chunking", [Chunking((40,), (40,)), Chunking((16, 32, 40), (40,)), Chunking((12, 20, 32, 40), (20, 40))]
+)
+def test_kernels_compute_their_stated_arithmetic(isa, chunking):
+    """Every row count (1 .. 8 rows per output tile, 16 and 32 lanes across rows, several row groups) and output
+    count (a vocabulary that is not a multiple of 16; linear columns that are not a multiple of 4)."""
+    kernel = load_kernel(isa)
+    assert kernel is not None, f"the {isa} kernel did not build ({cpu_kernels.kernel_loads().get(isa)})"
+    generator = torch.Generator().manual_seed(len(chunking.ends))
+    weight = torch.randn(35, 40, generator=generator)
+    packed = pack_weights(weight)
+    for rows in (1, 2, 5, 8, 9, 16, 17, 33, 40):
+        x = torch.randn(rows, 40, generator=generator) * 4
+        expected = emulate(x, weight, chunking)
+        ends, groups = list(chunking.ends), list(chunking.groups)
+        assert torch.equal(kernel.chunked_logits(x, packed, ends, groups, 35), expected), rows
+        assert torch.equal(kernel.chunked_linear(x, weight, ends, groups), expected), rows
+    others = [emulate(x, weight, other) for other in candidate_chunkings(40)[:3] if other != chunking]
+    assert all(not torch.equal(other, expected) for other in others)  # the order matters: the check can fail
+
+
+@needs_kernel
+def test_kernels_refuse_chunkings_that_do_not_cover_the_width():
+    kernel = load_kernel()
+    x, weight = torch.randn(2, 8), torch.randn(4, 8)
+    for ends, groups in (([4], [4]), ([4, 8], [8, 4]), ([4, 8], [6, 8]), ([8, 4], [8])):
+        with pytest.raises(RuntimeError):
+            kernel.chunked_linear(x, weight, ends, groups)
+
+
+@needs_kernel
+@pytest.mark.parametrize("chunking", [Chunking((32, 64, 96), (96,)), Chunking((32, 48, 80, 96), (48, 96))])
+def test_the_probe_finds_the_chunking_a_stock_layer_uses(chunking):
+    """A stock layer with known arithmetic: the probe must route through the kernel, bit for bit."""
+    head = EmulatedLinear(96, 300, chunking)
+    with torch.no_grad():
+        head.weight.copy_(_linear(300, 96, seed=3).weight)
+    hidden = torch.randn(1, 8, 96, generator=torch.Generator().manual_seed(4))
+    logits = ExactRowLogits(head)(hidden[0][[1, 5]], (1, 8))
+    assert logits is not None and torch.equal(logits, head(hidden)[0][[1, 5]])
+    module = EmulatedLinear(96, 30, chunking)
+    with torch.no_grad():
+        module.weight.copy_(head.weight[:30])
+    with ExactLinears([module]).installed((1, 8)):
+        assert "forward" in vars(module)
+        routed = module(hidden)
+    assert torch.equal(routed, module(hidden))
+
+
+@pytest.mark.parametrize("threads", THREADS)
 @pytest.mark.parametrize(
     ("vocab", "width", "block_shape"),
     [
@@ -65,26 +182,42 @@ def test_packed_weights_hold_every_column_in_tiles_of_16():
         (1_000, 100, (2, 6)),
     ],
 )
-def test_row_logits_are_bitwise_lm_head_in_the_whole_block(vocab, width, block_shape):
-    head = _linear(vocab, width, seed=width)
-    generator = torch.Generator().manual_seed(vocab)
-    hidden = torch.randn(*block_shape, width, generator=generator) * 3
-    full = head(hidden).reshape(-1, vocab)
-    layer = ExactRowLogits(head)
-    total = block_shape[0] * block_shape[1]
-    for count in sorted({1, 2, 3, 5, 8, 11, 12, 17, total}):
-        if count > total:
-            continue
-        rows = torch.randperm(total, generator=generator)[:count]
-        logits = layer(hidden.reshape(total, width)[rows], block_shape)
-        assert logits is not None, "the kernel built but no chunking matched lm_head"
-        assert logits.shape == (count, vocab)
-        assert torch.equal(logits, full[rows]), count
+def test_row_logits_are_lm_heads_bits_or_decline(vocab, width, block_shape, threads, monkeypatch):
+    """Where the probe says "kernel" every chosen row has `lm_head`'s bits in the whole block; where it says
+    "fallback" the caller gets None (and computes all rows with `lm_head`)."""
+    monkeypatch.setattr(cpu_kernels, "_PATHS", {})
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        head = _linear(vocab, width, seed=width)
+        generator = torch.Generator().manual_seed(vocab)
+        hidden = torch.randn(*block_shape, width, generator=generator) * 3
+        full = head(hidden).reshape(-1, vocab)
+        layer = ExactRowLogits(head)
+        total = block_shape[0] * block_shape[1]
+        verdicts = set()
+        for count in sorted({1, 2, 3, 5, 8, 11, 12, 17, total}):
+            if count > total:
+                continue
+            rows = torch.randperm(total, generator=generator)[:count]
+            logits = layer(hidden.reshape(total, width)[rows], block_shape)
+            verdicts.add(logits is not None)
+            if logits is not None:
+                assert logits.shape == (count, vocab)
+                assert torch.equal(logits, full[rows]), count
+    finally:
+        torch.set_num_threads(previous)
+    assert len(verdicts) == 1  # one verdict per shape and thread count
+    if can_build_row_kernel(ISA):
+        (path,) = kernel_paths().values()
+        assert path.startswith("kernel" if verdicts == {True} else "fallback"), path
 
 
 @needs_kernel
 def test_row_logits_follow_in_place_weight_changes():
-    head = _linear(2_000, 64, seed=1)
+    head = EmulatedLinear(64, 2_000, Chunking((64,), (64,)))  # known arithmetic: the kernel path runs
+    with torch.no_grad():
+        head.weight.copy_(_linear(2_000, 64, seed=1).weight)
     hidden = torch.randn(1, 8, 64, generator=torch.Generator().manual_seed(2))
     layer = ExactRowLogits(head)
     assert torch.equal(layer(hidden[0], (1, 8)), head(hidden)[0])
@@ -94,16 +227,22 @@ def test_row_logits_follow_in_place_weight_changes():
 
 
 @needs_kernel
-def test_a_layer_no_chunking_reproduces_gets_none():
-    """A head computed another way (float64 products) matches no candidate: the caller must compute all rows."""
+def test_a_layer_no_chunking_reproduces_falls_back(monkeypatch):
+    """A layer computed another way (float64 products) matches no candidate: the stock forward runs."""
+    monkeypatch.setattr(cpu_kernels, "_PATHS", {})
 
     class OtherSums(torch.nn.Linear):
         def forward(self, x):
             return torch.nn.functional.linear(x.double(), self.weight.double()).float()
 
     head = OtherSums(512, 1_000, bias=False)
-    layer = ExactRowLogits(head)
-    assert layer(torch.randn(4, 512), (1, 4)) is None
+    assert ExactRowLogits(head)(torch.randn(4, 512), (1, 4)) is None
+    module = OtherSums(512, 64, bias=False)
+    block = torch.randn(1, 4, 512)
+    with ExactLinears([module]).installed((1, 4)):
+        assert "forward" not in vars(module)
+        assert torch.equal(module(block), torch.nn.functional.linear(block.double(), module.weight.double()).float())
+    assert all(path.startswith("fallback") for path in kernel_paths().values()) and len(kernel_paths()) == 2
 
 
 def test_row_logits_decline_what_they_do_not_cover():
@@ -114,42 +253,33 @@ def test_row_logits_decline_what_they_do_not_cover():
     assert ExactRowLogits(head, isa="DEFAULT")(torch.randn(2, 16), (1, 2)) is None  # no kernel variant
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(ISA != "AVX512" or not can_build_row_kernel("AVX2"), reason="needs an AVX-512 CPU to also run AVX2")
-def test_the_avx2_variant_gives_the_same_bits():
-    """The variant for CPUs without AVX-512 (two 8-lane registers per 16 lanes), built and checked here too."""
-    assert load_kernel("AVX2") is not None
-    head = _linear(151_936, 256, seed=5)
-    hidden = torch.randn(1, 32, 256, generator=torch.Generator().manual_seed(6))
-    rows = torch.tensor([0, 3, 7, 8, 9, 20, 31])
-    logits = ExactRowLogits(head, isa="AVX2")(hidden[0][rows], (1, 32))
-    assert logits is not None and torch.equal(logits, head(hidden)[0][rows])
-    module = _linear(1_024, 2_048, seed=7)
-    block = torch.randn(1, 32, 2_048, generator=torch.Generator().manual_seed(8))
-    with ExactLinears([module], isa="AVX2").installed((1, 32)):
-        assert "forward" in vars(module)
-        routed = module(block)
-    assert torch.equal(routed, module(block))
-
-
-@needs_kernel
+@pytest.mark.parametrize("threads", THREADS)
 @pytest.mark.parametrize(
     ("outs", "width", "block_shape"),
     [(6_144, 2_048, (1, 32)), (2_048, 6_144, (1, 32)), (1_024, 2_048, (3, 32)), (1_001, 100, (1, 8)), (35, 64, (2, 6))],
 )
-def test_block_linears_are_bitwise_the_stock_ones_while_installed(outs, width, block_shape):
-    module = _linear(outs, width, seed=outs)
-    hidden = torch.randn(*block_shape, width, generator=torch.Generator().manual_seed(width)) * 2
-    stock = module(hidden)
-    linears = ExactLinears([module])
-    calls = []
-    with linears.installed(block_shape):
-        assert "forward" in vars(module), "no chunking matched the stock linear"
-        calls.append(module(hidden))
-        other = torch.randn(5, width)  # not a block's rows: the stock forward
-        assert torch.equal(module(other), torch.nn.functional.linear(other, module.weight))
+def test_block_linears_are_the_stock_bits_while_installed(outs, width, block_shape, threads, monkeypatch):
+    """Routed through the kernel where the probe says "kernel", left stock where it says "fallback": either way
+    a block's rows get the stock layer's bits, other inputs the stock forward, and the forward is restored."""
+    monkeypatch.setattr(cpu_kernels, "_PATHS", {})
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        module = _linear(outs, width, seed=outs)
+        hidden = torch.randn(*block_shape, width, generator=torch.Generator().manual_seed(width)) * 2
+        stock = module(hidden)
+        with ExactLinears([module]).installed(block_shape):
+            routed = "forward" in vars(module)
+            inside = module(hidden)
+            other = torch.randn(5, width)  # not a block's rows: the stock forward
+            assert torch.equal(module(other), torch.nn.functional.linear(other, module.weight))
+    finally:
+        torch.set_num_threads(previous)
     assert "forward" not in vars(module)  # restored
-    assert torch.equal(calls[0], stock)
+    assert torch.equal(inside, stock)
+    if can_build_row_kernel(ISA):
+        (path,) = kernel_paths().values()
+        assert path.startswith("kernel" if routed else "fallback"), path
 
 
 def test_installed_linears_leave_what_they_do_not_cover_alone():
@@ -161,14 +291,31 @@ def test_installed_linears_leave_what_they_do_not_cover_alone():
     assert [type(m) for m in linears.modules] == [torch.nn.Linear, torch.nn.Linear]
 
 
-def test_a_kernel_build_that_fails_leaves_the_stock_layers(monkeypatch, caplog):
+@needs_kernel
+def test_a_finished_build_is_loaded_without_the_builder(monkeypatch):
+    """A second process of the same environment (here: a cleared cache) imports the build; it never rebuilds."""
+    assert load_kernel() is not None
+    monkeypatch.setattr(cpu_kernels, "_KERNELS", {})
+    monkeypatch.setattr(cpu_kernels, "_LOADS", {})
+
+    def no_build(*args):
+        raise AssertionError("rebuilt although a finished build was there")
+
+    monkeypatch.setattr(cpu_kernels, "_build", no_build)
+    assert load_kernel() is not None
+    assert cpu_kernels.kernel_loads()[ISA].startswith("loaded in")
+
+
+def test_a_kernel_build_that_fails_leaves_the_stock_layers(monkeypatch, tmp_path, caplog):
     """A failed build (here: an option g++ rejects) is logged once and the callers get None / stock modules."""
+    monkeypatch.setenv(cpu_kernels.DIR_ENV, str(tmp_path))
     monkeypatch.setattr(cpu_kernels, "_KERNELS", {})
     monkeypatch.setattr(cpu_kernels, "kernel_flags", lambda isa: ["-fno-such-option-in-any-compiler"])
     with caplog.at_level(logging.WARNING, logger=cpu_kernels.__name__):
         assert load_kernel("BROKEN") is None
         assert load_kernel("BROKEN") is None  # remembered: no second build
     assert sum("CPU kernels unavailable" in record.getMessage() for record in caplog.records) == 1
+    assert cpu_kernels.kernel_loads()["BROKEN"].startswith("unavailable")
     head = _linear(100, 16, seed=0)
     assert ExactRowLogits(head, isa="BROKEN")(torch.randn(2, 16), (1, 2)) is None
     module = _linear(8, 16, seed=1)
@@ -180,7 +327,7 @@ def test_a_build_killed_earlier_does_not_block_the_next_one(monkeypatch, tmp_pat
     """torch's builder waits, forever, for the `lock` file a killed build leaves in its directory; the next build
     removes that leftover (it holds an OS lock every build of these kernels takes) and goes on (here to a failed
     build, quickly: an option g++ rejects)."""
-    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    monkeypatch.setenv(cpu_kernels.DIR_ENV, str(tmp_path))
     monkeypatch.setattr(cpu_kernels, "_KERNELS", {})
     monkeypatch.setattr(cpu_kernels, "kernel_flags", lambda isa: ["-fno-such-option-in-any-compiler"])
     directory = cpu_kernels.build_directory("KILLED")
@@ -196,6 +343,6 @@ def test_a_build_killed_earlier_does_not_block_the_next_one(monkeypatch, tmp_pat
 
     with caplog.at_level(logging.WARNING, logger=cpu_kernels.__name__):
         threading.Thread(target=build, daemon=True).start()  # a daemon: a hang fails the test, not the session
-        assert done.wait(120), "the build waited for the killed build's lock file"
+        assert done.wait(600), "the build waited for the killed build's lock file"
     assert not os.path.exists(leftover)
     assert any("left by a kernel build that was killed" in record.getMessage() for record in caplog.records)

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from core_helpers import patient
 
 from wam_diff2_ros.core.checkpoint import inspect_checkpoint
 from wam_diff2_ros.core.decoding import DecodeConfig, _block_causal_mask
@@ -95,7 +96,7 @@ def test_materialisation_is_byte_identical_and_reused(tmp_path):
     first_use_s = time.perf_counter() - started
     assert _tree_bytes(first) == _tree_bytes(second)
     assert first.name == second.name
-    assert first_use_s < 10.0  # ~1 s on a 2-core CPU
+    assert first_use_s < patient(10.0)  # ~1 s on a quiet 2-core CPU
     mtime = (first / "model.safetensors").stat().st_mtime_ns
     assert demo.demo_checkpoint(cache_dir=tmp_path / "a") == first  # reused, not rewritten
     assert (first / "model.safetensors").stat().st_mtime_ns == mtime

@@ -143,7 +143,7 @@ def test_bad_input_file_exits_2_with_one_message(tmp_path, content, message):
     result = subprocess.run(
         [sys.executable, "-m", "wam_diff2_ros.cli.infer", "--model_id", str(tiny_checkpoint()),
          "--input_file", str(path), "--output_file", str(tmp_path / "o.json")],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert result.returncode == 2
     lines = [line for line in result.stderr.splitlines() if line.strip()]

@@ -306,7 +306,7 @@ def test_messages_pass_between_processes(interfaces, ros, ros_process, tmp_path:
 
 def _fresh_python(code: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, cwd=cwd, timeout=60, check=False
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=cwd, timeout=600, check=False
     )
 
 
@@ -499,7 +499,7 @@ def test_build_tool_into_temporary_prefix(tmp_path: Path) -> None:
         [*tool_cmd, "--build-dir", str(build), "--uninstall"],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=600,
         check=False,
     )
     assert uninstall.returncode == 0, uninstall.stderr
@@ -543,7 +543,7 @@ IMAGE_PUBLISHER_CODE = textwrap.dedent(
 def test_fastdds_profile_carries_1080p_at_30hz(ros, ros_process, ros_env) -> None:
     """With config/fastdds_profile.xml, best-effort 1080p rgb8 at 30 Hz arrives essentially lossless.
 
-    (Without a profile, Fast DDS' defaults lose nearly all of these frames; see the README's Fast DDS profile section.)
+    (Without a profile, Fast DDS' defaults lose nearly all of these frames; see docs/node.md, "The Fast DDS profile".)
     """
     from rclpy.qos import qos_profile_sensor_data
     from sensor_msgs.msg import Image

@@ -216,6 +216,7 @@ def test_default_actions(launch_module, monkeypatch) -> None:
 
 def test_arguments_become_overrides_remaps_and_rviz(launch_module, monkeypatch, tmp_path) -> None:
     monkeypatch.setenv("FASTDDS_DEFAULT_PROFILES_FILE", "/etc/my_profile.xml")
+    (tmp_path / "mine.yaml").write_text("{}\n", encoding="utf-8")
     ctx = context(
         launch_module,
         model_path="/models/wam",
@@ -254,6 +255,47 @@ def test_arguments_become_overrides_remaps_and_rviz(launch_module, monkeypatch, 
     assert rviz.kwargs["package"] == "rviz2"
     assert Path(rviz.kwargs["arguments"][1]) == REPO_ROOT / "config" / "wam_diff2.rviz"
     assert rviz.kwargs["parameters"] == [{"use_sim_time": True}]
+
+
+def ament_prefix(root: Path, packages: dict[str, str]) -> Path:
+    """An install prefix holding ``packages`` (name -> executable) as the ament index and launch_ros see them."""
+    index = root / "share" / "ament_index" / "resource_index" / "packages"
+    index.mkdir(parents=True)
+    for package, executable in packages.items():
+        (index / package).write_text("", encoding="utf-8")
+        program = root / "lib" / package / executable
+        program.parent.mkdir(parents=True)
+        program.write_text("#!/bin/sh\n", encoding="utf-8")
+        program.chmod(0o755)
+    if "wam_diff2_ros" in packages:  # its share directory: the package's config (parameters, RViz)
+        (root / "share" / "wam_diff2_ros").mkdir(parents=True)
+        (root / "share" / "wam_diff2_ros" / "config").symlink_to(REPO_ROOT / "config")
+    return root
+
+
+def test_a_launch_missing_anything_starts_nothing(launch_module, monkeypatch, tmp_path) -> None:
+    """rviz:=true without rviz2 (or a missing parameter file, RViz config, node executable): launch_setup raises
+    before it returns a single action, so launch starts nothing (not the planner alone, orphaned)."""
+    pytest.importorskip("ament_index_python")
+    planner_only = ament_prefix(tmp_path / "planner", {"wam_diff2_ros": "wam_diff2_node"})
+    monkeypatch.setenv("AMENT_PREFIX_PATH", str(planner_only))
+    assert nodes(launch_module.launch_setup(context(launch_module)))  # rviz:=false needs no rviz2
+    for values, expected in (
+        ({"rviz": "true"}, "rviz:=true needs RViz: package 'rviz2' not found"),
+        ({"params_file": str(tmp_path / "missing.yaml")}, "missing.yaml' is not a file"),
+    ):
+        with pytest.raises(launch_module.LaunchRequirementError, match="nothing was started") as raised:
+            launch_module.launch_setup(context(launch_module, **values))
+        assert expected in str(raised.value)
+    with_rviz = ament_prefix(tmp_path / "both", {"wam_diff2_ros": "wam_diff2_node", "rviz2": "rviz2"})
+    monkeypatch.setenv("AMENT_PREFIX_PATH", str(with_rviz))
+    ctx = context(launch_module, rviz="true")
+    assert rviz_action(launch_module.launch_setup(ctx), launch_module, ctx) is not None
+    with pytest.raises(launch_module.LaunchRequirementError, match=r"rviz_config '/no/such\.rviz' is not a file"):
+        launch_module.launch_setup(context(launch_module, rviz="true", rviz_config="/no/such.rviz"))
+    monkeypatch.setenv("AMENT_PREFIX_PATH", str(ament_prefix(tmp_path / "rviz", {"rviz2": "rviz2"})))
+    with pytest.raises(launch_module.LaunchRequirementError, match="package 'wam_diff2_ros' not found"):
+        launch_module.launch_setup(context(launch_module))
 
 
 def test_rviz_config_shows_the_outputs() -> None:

@@ -91,7 +91,8 @@ def test_every_parameter_is_typed_with_a_description(node, harness) -> None:
     ("name", "value", "reason"),
     [
         ("planning.rate_hz", -5.0, "planning.rate_hz out of range"),
-        ("planning.rate_hz", "abc", "Wrong parameter type"),
+        ("planning.rate_hz", "abc", "planning.rate_hz: wrong parameter type, expected double, got string 'abc'"),
+        ("decoding.block_size", 2.5, "decoding.block_size: wrong parameter type, expected integer, got double 2.5"),
         ("decoding.block_size", 0, "decoding.block_size out of range"),
         ("decoding.top_p", 0.0, "decoding.top_p: must be > 0"),
         ("decoding.remasking_strategy", "fastest", "must be one of low_confidence_dynamic"),

@@ -14,6 +14,7 @@ from wam_diff2_ros.ros.params import (
     ParameterError,
     flatten_parameters,
     load_parameters_file,
+    validation_problems,
 )
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -107,7 +108,7 @@ def test_every_problem_is_reported_at_once() -> None:
         "model.device: expected auto, cpu, cuda, cuda:N, npu, npu:N, got 'gpu'",
         "model.dtype: must be one of bfloat16, float16, float32, got 'int8'",
         "planning.rate_hz: must be >= 0, got -1",
-        "top_p must be in (0, 1]",
+        "decoding.top_p: must be <= 1, got 2",
         "sync.max_age_ms: must be > 0",
         "command.default: unknown navigation command 'backwards'",
         "cameras.transports: needs 1 or 1 entries, got 2",
@@ -275,3 +276,24 @@ def test_every_default_declares_a_usable_type() -> None:
     for spec in PARAMETER_SPECS:
         assert spec.default is not None, spec.name
         assert not (isinstance(spec.default, (list, tuple)) and len(spec.default) == 0), spec.name
+
+
+@pytest.mark.parametrize(
+    "spec", [s for s in PARAMETER_SPECS if isinstance(s.default, (int, float)) and not isinstance(s.default, bool)]
+)
+def test_each_invalid_number_is_reported_once_by_its_own_name(spec) -> None:
+    """The reader checks a value, and the section's config class would refuse it again: one line, not two."""
+    for bad in (-1, 0, float("nan")):
+        value = float(bad) if isinstance(spec.default, float) else bad
+        if isinstance(spec.default, int) and not isinstance(value, int):
+            continue
+        problems = validation_problems({spec.name: value}, require_model=False)
+        assert len(problems) <= 1, problems
+        assert all(problem.startswith(f"{spec.name}:") for problem in problems), problems
+
+
+def test_an_invalid_min_turn_radius_is_reported_once() -> None:
+    with pytest.raises(ParameterError) as raised:
+        NodeConfig.from_parameters({"planning.kinematics.min_turn_radius_m": -1.0}, require_model=False)
+    assert str(raised.value).count("min_turn_radius_m") == 1, str(raised.value)
+    assert "planning.kinematics.min_turn_radius_m: must be > 0, got -1" in str(raised.value)

@@ -13,6 +13,7 @@ import pytest
 
 pytest.importorskip("rclpy", reason="rclpy is not importable (install the PyPI ROS 2 wheels)")
 
+from core_helpers import patient
 from node_helpers import (
     REPO_ROOT,
     Collector,
@@ -29,8 +30,10 @@ from node_helpers import (
 from wam_diff2_ros.ros.outputs import own_messages
 
 pytestmark = pytest.mark.ros
+#: Quiet-machine targets; the assertions scale them for a busy one (conftest.patient), still far below the time
+#: the endless decode would take or the SIGTERM escalation `ros2 launch` waits for.
 IDLE_EXIT_S = 1.0
-#: A denoising step of the tiny model takes milliseconds; one second covers it with room for a loaded CI.
+#: A denoising step of the tiny model takes milliseconds; one second covers it.
 DECODING_EXIT_S = 1.0 + 1.0
 
 
@@ -55,7 +58,7 @@ def signal_and_time(process: NodeProcess, signum: int) -> tuple[int, float]:
     """Send ``signum``; (exit code, seconds until the process was gone)."""
     started = time.monotonic()
     process.popen.send_signal(signum)
-    code = process.popen.wait(30)
+    code = process.popen.wait(patient(30))
     return code, time.monotonic() - started
 
 
@@ -66,7 +69,7 @@ def test_idle_node_exits_within_a_second_with_code_0(tmp_path: Path, harness, si
     code, elapsed = signal_and_time(process, signum)
     print(f"{signal.Signals(signum).name}: exit {code} after {elapsed:.2f} s")
     assert code == 0, process.output()
-    assert elapsed < IDLE_EXIT_S, f"exit took {elapsed:.2f} s\n{process.output()}"
+    assert elapsed < patient(IDLE_EXIT_S), f"exit took {elapsed:.2f} s\n{process.output()}"
 
 
 def test_node_cancels_a_running_decode_and_publishes_nothing(tmp_path: Path, harness) -> None:
@@ -89,7 +92,9 @@ def test_node_cancels_a_running_decode_and_publishes_nothing(tmp_path: Path, har
     feeder = SensorFeeder(harness.node, f"{ns}/wam_diff2", FeedSettings(compressed_camera=False, command="straight"))
     feeder.start()
     try:
-        time.sleep(4.0)  # inputs arrive, the first planning tick starts the (endless) decode
+        # inputs arrive (an event), then the next planning ticks (2 Hz) start the (endless) decode
+        assert wait_until(lambda: len(feeder.sent_image_stamps) >= 4, 60), process.output()
+        time.sleep(2.0)
         assert process.alive(), process.output()
         code, elapsed = signal_and_time(process, signal.SIGINT)
     finally:
@@ -97,6 +102,7 @@ def test_node_cancels_a_running_decode_and_publishes_nothing(tmp_path: Path, har
     output = process.output()
     print(f"SIGINT mid-decode: exit {code} after {elapsed:.2f} s")
     assert "planning decode cancelled (shutting down); nothing published" in output, output
+    assert "Failed to publish log message to rosout" not in output  # logged to stderr once the context is gone
     assert code == 0, output
-    assert elapsed < DECODING_EXIT_S, f"exit took {elapsed:.2f} s\n{output}"
+    assert elapsed < patient(DECODING_EXIT_S), f"exit took {elapsed:.2f} s\n{output}"
     assert trajectories.snapshot() == []  # the cancelled plan was not published

@@ -617,7 +617,7 @@ def test_select_topics_follows_the_camera_info_convention() -> None:
             info("/route/command", "std_msgs/msg/String"),
         )
     }
-    request = TopicRequest(image_topics=["/front/image_raw/compressed", "/left/image_raw"])
+    request = TopicRequest({"image": ["/front/image_raw/compressed", "/left/image_raw"]})
     chosen = replay_tool.select_topics(topics, request, num_cameras=2)
     assert chosen.images == [("/front/image_raw/compressed", "compressed"), ("/left/image_raw", "raw")]
     assert chosen.camera_infos == ["/front/camera_info", "/left/camera_info"]
@@ -628,9 +628,43 @@ def test_select_topics_follows_the_camera_info_convention() -> None:
     with pytest.raises(replay_tool.ReplayUsageError, match="configure 1 camera"):
         replay_tool.select_topics(topics, request, num_cameras=1)
     off = replay_tool.select_topics(
-        topics, TopicRequest(image_topics=["/left/image_raw"], odometry_topic="none", command_topic="none"), 1
+        topics, TopicRequest({"image": ["/left/image_raw"], "odometry": "none", "command": "none"}), 1
     )
     assert off.odometry is None and off.command is None
+
+
+def test_replay_inputs_follow_the_input_table(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Every input of the node's table has its replay flag, ``replay.*`` key and QoS parameters, and an input
+    added to the table is chosen from a bag and routed to its row without a change in the replay."""
+    from wam_diff2_ros.bag import TopicInfo
+    from wam_diff2_ros.cli.replay import build_parser, options_from_args
+    from wam_diff2_ros.replay import settings, topics
+    from wam_diff2_ros.ros.inputs import INPUTS, InputRow, InputSpec
+    from wam_diff2_ros.ros.params import SPEC_BY_NAME
+
+    for spec in INPUTS:
+        args = build_parser().parse_args([str(tmp_path), "--out", str(tmp_path / "out"), spec.flag, "/t"])
+        assert options_from_args(args).topics.get(spec.role) == (["/t"] if spec.per_camera else "/t")
+        assert settings.REPLAY_KEYS[f"replay.{spec.request_key}"] is spec
+        assert f"qos.{spec.qos_key}.reliability" in SPEC_BY_NAME
+    steering = InputSpec("steering", ("std_msgs/msg/Float64",), ("on_steering",), "odometry")
+    monkeypatch.setattr(topics, "SINGLE_INPUTS", (*topics.SINGLE_INPUTS, steering))
+    bag_topics = {
+        t.name: t
+        for t in (
+            TopicInfo("/cam/image_raw", "sensor_msgs/msg/Image", 3),
+            TopicInfo("/odom", "nav_msgs/msg/Odometry", 3),
+            TopicInfo("/vehicle/steering", "std_msgs/msg/Float64", 3),
+        )
+    }
+    chosen = topics.select_topics(bag_topics, TopicRequest(), num_cameras=1)
+    assert chosen.steering == "/vehicle/steering" and "/vehicle/steering" in chosen.inputs()
+    assert chosen.as_dict()["steering"] == "/vehicle/steering"
+    assert "steering: /vehicle/steering (the only std_msgs/msg/Float64 topic)" in chosen.notes
+    row = InputRow("steering", steering.topic(), object, "odometry", "steering", lambda msg, ns: None)
+    assert topics.routes(chosen, [row]) == {"/vehicle/steering": row}
+    off = topics.select_topics(bag_topics, TopicRequest({"steering": "none"}), num_cameras=1)
+    assert off.steering is None and "steering: off (--steering-topic none)" in off.notes
 
 
 # --- planning instants ---------------------------------------------------------------------------------------
@@ -800,7 +834,7 @@ def test_two_cameras_in_flag_order_with_their_own_transports(tmp_path: Path) -> 
         "The current velocity is: ({vx},{vy}) and current accelerate is: ({ax},{ay})\nPlan 8 waypoints."
     )
     overrides = replay_tool.parse_set(["cameras.names=[front, left]", f"prompt.template={template}"])
-    request = TopicRequest(image_topics=["/front/image_raw", "/left/image_raw/compressed"])
+    request = TopicRequest({"image": ["/front/image_raw", "/left/image_raw/compressed"]})
     result, engine = known_replay(bag, tmp_path / "out", topics=request, overrides=overrides)
     assert result.exit_code == EXIT_OK
     assert engine.image_shapes == [[(48, 64, 3), (64, 96, 3)]] * 2  # prompt image order = camera order

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import logging
+import re
 
 import numpy as np
 import pytest
 from core_helpers import tiny_checkpoint
 
+from wam_diff2_ros.core.cpu_kernels import kernel_isa, load_kernel
 from wam_diff2_ros.core.engine import Engine
 from wam_diff2_ros.core.fast_decoding import capacity_bucket
 from wam_diff2_ros.core.prompts import build_planning_prompt
@@ -65,4 +67,8 @@ def test_loading_logs_which_decoding_engine_runs(caplog) -> None:
         assert slot.load(config, lambda c: Engine.load(c.model_path, device=c.device, dtype=c.dtype))
     (line,) = [r.getMessage() for r in caplog.records if "loaded on" in r.getMessage()]
     assert line.endswith("decoding engine fast (auto: shown token-identical to exact on cpu float32)")
+    # the fast engine's CPU kernels are built or loaded here, before activation, and the time it took is logged
+    (kernels,) = [r.getMessage() for r in caplog.records if "CPU kernels" in r.getMessage()]
+    timed = re.search(r"\): (loaded|built) in \d+\.\d s$", kernels)
+    assert f"({kernel_isa()}): " in kernels and (timed is not None) == (load_kernel() is not None), kernels
     slot.close()

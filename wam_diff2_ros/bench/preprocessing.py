@@ -119,11 +119,15 @@ def compare(sizes: Sequence[tuple[int, int]] = SIZES, repeats: int = 5) -> dict[
             )
     width, height = sizes[0]
     frame = frames(width, height)["noise"]
+
+    def on_device(image: np.ndarray) -> Any:
+        return preprocess_image_on_device(image, config, *limits, target)
+
     timing = {
         "size": f"{width}x{height}",
         "host_path_ms": _median_ms(lambda: processor.preprocess_image(frame, config, *limits).patches, repeats),
         "device": str(target),
-        "device_path_ms": _median_ms(lambda: _synced(preprocess_image_on_device(frame, config, *limits, target)), repeats),
+        "device_path_ms": _median_ms(lambda: _synced(on_device(frame)), repeats),
         "frame_copy_ms": _median_ms(_frame_copier(frame), repeats),
         "pinned": torch.cuda.is_available(),
     }

@@ -43,3 +43,8 @@ def print_figures(figures: dict[str, Any]) -> None:
                 f" denoise per step {figures['compiled_denoise_speedup']:.2f}x"
             )
         print(line)
+    kernels = figures.get("cpu_kernels") or {}
+    for isa, how in kernels.get("loads", {}).items():
+        print(f"CPU kernels {isa}: {how}")
+    for shape, path in kernels.get("paths", {}).items():
+        print(f"  {shape}: {path}")

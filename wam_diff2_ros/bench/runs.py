@@ -239,6 +239,9 @@ def run(settings: BenchSettings) -> dict[str, Any]:
             exact, other = engines["exact"], engines[name]
             figures[f"{key}speedup"] = exact["total_ms"] / other["total_ms"]
             figures[f"{key}denoise_speedup"] = exact["denoise_ms_per_step"] / other["denoise_ms_per_step"]
+    from wam_diff2_ros.core.cpu_kernels import kernel_loads, kernel_paths
+
+    figures["cpu_kernels"] = {"loads": kernel_loads(), "paths": kernel_paths()}  # which shape ran the kernel
     return figures
 
 

@@ -15,6 +15,7 @@ from wam_diff2_ros.replay.interrupts import INTERRUPTS
 from wam_diff2_ros.replay.loop import replay
 from wam_diff2_ros.replay.settings import ReplayOptions, parse_set
 from wam_diff2_ros.replay.topics import TopicRequest
+from wam_diff2_ros.ros.inputs import INPUTS, InputSpec
 
 
 class _Parser(argparse.ArgumentParser):
@@ -42,12 +43,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--set", action="append", default=[], metavar="KEY=VALUE", help="override a parameter (repeatable)"
     )
     topics = parser.add_argument_group("topics (default: chosen by message type when unambiguous)")
-    topics.add_argument("--image-topic", action="append", metavar="TOPIC", help="camera topic, repeat per camera")
-    topics.add_argument("--camera-info-topic", action="append", metavar="TOPIC", help="per camera, or none")
-    topics.add_argument("--odometry-topic", metavar="TOPIC", help="nav_msgs/Odometry (or none)")
-    topics.add_argument("--command-topic", metavar="TOPIC", help="std_msgs/String command (or none)")
-    topics.add_argument("--driving-command-topic", metavar="TOPIC", help="wam_diff2_ros/DrivingCommand (or none)")
-    topics.add_argument("--acceleration-topic", metavar="TOPIC", help="AccelWithCovarianceStamped (or none)")
+    for spec in INPUTS:  # one flag per input of the node's input table
+        topics.add_argument(
+            spec.flag, action="append" if spec.per_camera else "store", metavar="TOPIC", help=_topic_help(spec)
+        )
     run = parser.add_argument_group("run")
     run.add_argument("--rate-hz", type=float, help="planning rate on the bag clock; 0 = each new front image")
     run.add_argument("--device", help="auto, cpu, cuda, cuda:N, npu, npu:N (default: model.device)")
@@ -72,6 +71,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _topic_help(spec: InputSpec) -> str:
+    types = " or ".join(name.replace("/msg/", "/") for name in spec.msg_types)
+    per_camera = ", repeat per camera (front camera first)" if spec.per_camera else ""
+    return f"{spec.label}: {types}{per_camera}" + (" (or none)" if spec.optional else "")
+
+
 def options_from_args(args: argparse.Namespace) -> ReplayOptions:
     """:class:`ReplayOptions` from parsed arguments (raises :class:`ReplayUsageError`)."""
     if not args.bag.exists():
@@ -83,12 +88,7 @@ def options_from_args(args: argparse.Namespace) -> ReplayOptions:
         params=args.params,
         overrides=parse_set(args.set),
         topics=TopicRequest(
-            image_topics=args.image_topic,
-            camera_info_topics=args.camera_info_topic,
-            odometry_topic=args.odometry_topic,
-            command_topic=args.command_topic,
-            driving_command_topic=args.driving_command_topic,
-            acceleration_topic=args.acceleration_topic,
+            {spec.role: value for spec in INPUTS if (value := getattr(args, f"{spec.role}_topic")) is not None}
         ),
         rate_hz=args.rate_hz,
         device=args.device,

@@ -2,31 +2,44 @@
 
 On CPU a denoising step is almost all matrix products with few rows (one block: 32 per sample), where MKL's
 float32 GEMM is slow (as long for 4 rows of the 151,936-token output layer as for 32). Both engines must get
-the same bits, so the kernels reproduce MKL's arithmetic: each output is summed over consecutive chunks of the
-input width, each chunk a fused multiply-add chain started from zero, the chunk sums added in order (on the
-development CPU: one chunk up to a width of 192, 2 x 128 at 256, chunks of 192 from 384 on). Two kernels:
+the same bits, so the kernels (`cpu_kernels.cpp`, shipped with the package) reproduce MKL's arithmetic: each
+output is summed over consecutive chunks of the input width, each chunk a fused multiply-add chain started from
+zero, the chunk sums added in order (on the development CPU: one chunk up to a width of 192, 2 x 128 at 256,
+chunks of 192 from 384 on); a `Chunking` may also split the width into groups summed separately and then added,
+as a GEMM that splits the width across threads does. Two kernels:
 
 - `chunked_logits`: the output layer on any subset of a block's rows (the still-masked ones), on the weights
   packed as [V / 16, D, 16] tiles (`ExactRowLogits`; one more copy of the output layer's weights).
 - `chunked_linear`: the text layers' projections on a whole block, vector lanes across the rows, the weights
   read in place (`ExactLinears`, installed around the fast engine's step and commit forwards).
 
-Nothing about MKL's chunking is assumed: each (weight shape, block shape, thread count) is probed once by
-running the stock layer on random rows and keeping the first candidate chunking under which every output has
-the same bits; where none does, or the kernels cannot be built (they need g++, ninja and AVX-512 or AVX2 with
-FMA, and are compiled once per machine by torch's extension builder), the stock modules run, as in the exact
-engine.
+Nothing about MKL's chunking is assumed: each (weight shape, block shape, thread count) is probed once per
+process by running the stock layer on random rows and keeping the first candidate chunking under which every
+output has the same bits. Where none does (another CPU's MKL may block differently), or the kernels cannot be
+built (they need g++, ninja and AVX-512 or AVX2 with FMA), the stock modules run, as in the exact engine:
+the tokens stay the same, only the speed-up is lost; `kernel_paths()` says which path each shape took.
+
+The kernels are compiled once per environment (`scripts/bootstrap.sh` does it) into a folder named by the
+source's hash, the compiler flags and the torch build (`build_directory`), under the environment's own prefix;
+a process finding that build loads it without running the builder. `WAM_DIFF2_CPU_KERNEL_ISA=AVX2` selects the
+AVX2 variant on an AVX-512 CPU; `WAM_DIFF2_KERNEL_DIR` moves the builds elsewhere.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import functools
+import hashlib
+import importlib.util
 import logging
 import os
+import shutil
 import sys
+import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -37,168 +50,47 @@ LANES = 16  # vocabulary columns per packed tile (one AVX-512 register, two AVX2
 PROBE_TILES = 64  # candidate chunkings are tried on the first 64 tiles (1024 logits), then on all of them
 PROBE_COLUMNS = 64  # and on the first 64 outputs of a linear layer
 CANDIDATE_CHUNK_SIZES = (64, 96, 128, 160, 192, 224, 256, 320, 384, 512)
-KERNEL_NAME = "wam_diff2_cpu_kernels"  # the compiled module is KERNEL_NAME_<isa>
+KERNEL_NAME = "wam_diff2_cpu_kernels"  # the compiled module is KERNEL_NAME_<isa>_<build key>
+KERNEL_SOURCE = Path(__file__).with_name("cpu_kernels.cpp")
+ISA_ENV = "WAM_DIFF2_CPU_KERNEL_ISA"  # force a variant (AVX2 on an AVX-512 CPU); default: torch's CPU capability
+DIR_ENV = "WAM_DIFF2_KERNEL_DIR"  # where builds go; default: under the environment's prefix
 TORCH_BUILD_LOCK = "lock"  # the file torch's extension builder holds in a build directory while it builds
+READY = "ready"  # written into a build directory once its module built and imported
 
-KERNEL_SOURCE = r"""
-#include <torch/extension.h>
-#include <ATen/Parallel.h>
-#include <immintrin.h>
 
-constexpr int LANES = 16;
-#if defined(WAM_AVX512)
-struct Vec { __m512 v; };
-static inline Vec vzero() { return {_mm512_setzero_ps()}; }
-static inline Vec vload(const float* p) { return {_mm512_loadu_ps(p)}; }
-static inline Vec vfma(float x, Vec w, Vec acc) { return {_mm512_fmadd_ps(_mm512_set1_ps(x), w.v, acc.v)}; }
-static inline Vec vadd(Vec a, Vec b) { return {_mm512_add_ps(a.v, b.v)}; }
-static inline void vstore(float* p, Vec a) { _mm512_storeu_ps(p, a.v); }
-#else
-struct Vec { __m256 lo, hi; };
-static inline Vec vzero() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
-static inline Vec vload(const float* p) { return {_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)}; }
-static inline Vec vfma(float x, Vec w, Vec acc) {
-  const __m256 b = _mm256_set1_ps(x);
-  return {_mm256_fmadd_ps(b, w.lo, acc.lo), _mm256_fmadd_ps(b, w.hi, acc.hi)};
-}
-static inline Vec vadd(Vec a, Vec b) { return {_mm256_add_ps(a.lo, b.lo), _mm256_add_ps(a.hi, b.hi)}; }
-static inline void vstore(float* p, Vec a) { _mm256_storeu_ps(p, a.lo); _mm256_storeu_ps(p + 8, a.hi); }
-#endif
+@dataclasses.dataclass(frozen=True)
+class Chunking:
+    """How a kernel sums the input width: chunk `ends`, and `groups` (ends of consecutive parts of the width,
+    each a sum of its chunks from zero, added in order; one group is plain chunked summation)."""
 
-// R rows x one tile of 16 columns: per chunk a fused multiply-add chain from zero, chunk sums added in order.
-template <int R>
-static void tile_rows(const float* x, int64_t width, const float* w, const std::vector<int64_t>& ends,
-                      float* out, int64_t out_stride) {
-  Vec total[R];
-  for (int r = 0; r < R; ++r) total[r] = vzero();
-  int64_t start = 0;
-  for (const int64_t end : ends) {
-    Vec acc[R];
-    for (int r = 0; r < R; ++r) acc[r] = vzero();
-    for (int64_t k = start; k < end; ++k) {
-      const Vec wk = vload(w + k * LANES);
-      for (int r = 0; r < R; ++r) acc[r] = vfma(x[r * width + k], wk, acc[r]);
-    }
-    for (int r = 0; r < R; ++r) total[r] = vadd(total[r], acc[r]);
-    start = end;
-  }
-  for (int r = 0; r < R; ++r) vstore(out + r * out_stride, total[r]);
-}
+    ends: tuple[int, ...]
+    groups: tuple[int, ...]
 
-using TileFn = void (*)(const float*, int64_t, const float*, const std::vector<int64_t>&, float*, int64_t);
-static const TileFn TILE_FNS[9] = {nullptr, tile_rows<1>, tile_rows<2>, tile_rows<3>, tile_rows<4>,
-                                   tile_rows<5>, tile_rows<6>, tile_rows<7>, tile_rows<8>};
+    def __str__(self) -> str:
+        split = "" if len(self.groups) == 1 else f" in groups ending {','.join(map(str, self.groups))}"
+        return f"chunks ending {','.join(map(str, self.ends))}{split}"
 
-torch::Tensor chunked_logits(torch::Tensor x, torch::Tensor packed, std::vector<int64_t> ends, int64_t vocab) {
-  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == torch::kFloat32, "x must be float32 [rows, width]");
-  TORCH_CHECK(packed.dim() == 3 && packed.scalar_type() == torch::kFloat32 && packed.is_contiguous(),
-              "packed weights must be contiguous float32 [tiles, width, 16]");
-  x = x.contiguous();
-  const int64_t rows = x.size(0), width = x.size(1), tiles = packed.size(0);
-  TORCH_CHECK(packed.size(1) == width && packed.size(2) == LANES, "packed weights do not match the rows' width");
-  TORCH_CHECK(!ends.empty() && ends.back() == width, "chunks must end at the width");
-  TORCH_CHECK(vocab <= tiles * LANES, "vocab larger than the packed weights");
-  auto out = torch::empty({rows, tiles * LANES}, x.options());
-  const float* xp = x.data_ptr<float>();
-  const float* wp = packed.data_ptr<float>();
-  float* op = out.data_ptr<float>();
-  const int64_t stride = tiles * LANES;
-  at::parallel_for(0, tiles, 8, [&](int64_t first, int64_t last) {
-    for (int64_t t = first; t < last; ++t) {
-      for (int64_t r0 = 0; r0 < rows; r0 += 8) {
-        const int64_t count = std::min<int64_t>(8, rows - r0);
-        TILE_FNS[count](xp + r0 * width, width, wp + t * width * LANES, ends, op + r0 * stride + t * LANES, stride);
-      }
-    }
-  });
-  return out.narrow(1, 0, vocab);
-}
-
-// NB output columns x one group of 16 * V rows (lanes run across rows); the weights are read in their own
-// [N, K] layout, each weight broadcast to all rows; same per-chunk chains as tile_rows.
-template <int NB, int V>
-static void column_rows(const float* xt, int64_t width, const float* w, const std::vector<int64_t>& ends,
-                        float* out, int64_t rows, int64_t out_stride) {
-  Vec total[NB][V];
-  for (int j = 0; j < NB; ++j)
-    for (int v = 0; v < V; ++v) total[j][v] = vzero();
-  int64_t start = 0;
-  for (const int64_t end : ends) {
-    Vec acc[NB][V];
-    for (int j = 0; j < NB; ++j)
-      for (int v = 0; v < V; ++v) acc[j][v] = vzero();
-    for (int64_t k = start; k < end; ++k) {
-      Vec xv[V];
-      for (int v = 0; v < V; ++v) xv[v] = vload(xt + (k * V + v) * LANES);
-      for (int j = 0; j < NB; ++j) {
-        const float wk = w[j * width + k];
-        for (int v = 0; v < V; ++v) acc[j][v] = vfma(wk, xv[v], acc[j][v]);
-      }
-    }
-    for (int j = 0; j < NB; ++j)
-      for (int v = 0; v < V; ++v) total[j][v] = vadd(total[j][v], acc[j][v]);
-    start = end;
-  }
-  float lanes[V * LANES];
-  for (int j = 0; j < NB; ++j) {
-    for (int v = 0; v < V; ++v) vstore(lanes + v * LANES, total[j][v]);
-    for (int64_t r = 0; r < rows; ++r) out[r * out_stride + j] = lanes[r];
-  }
-}
-
-template <int V>
-static void column_block(int nb, const float* xt, int64_t width, const float* w, const std::vector<int64_t>& ends,
-                         float* out, int64_t rows, int64_t out_stride) {
-  switch (nb) {
-    case 4: column_rows<4, V>(xt, width, w, ends, out, rows, out_stride); break;
-    case 3: column_rows<3, V>(xt, width, w, ends, out, rows, out_stride); break;
-    case 2: column_rows<2, V>(xt, width, w, ends, out, rows, out_stride); break;
-    default: column_rows<1, V>(xt, width, w, ends, out, rows, out_stride); break;
-  }
-}
-
-// x [M, K] times w [N, K] transposed (nn.Linear without bias), weights in place: no packed copy.
-torch::Tensor chunked_linear(torch::Tensor x, torch::Tensor w, std::vector<int64_t> ends) {
-  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == torch::kFloat32, "x must be float32 [rows, width]");
-  TORCH_CHECK(w.dim() == 2 && w.scalar_type() == torch::kFloat32 && w.is_contiguous(),
-              "weights must be contiguous float32 [out, width]");
-  const int64_t rows = x.size(0), width = x.size(1), outs = w.size(0);
-  TORCH_CHECK(w.size(1) == width, "weights do not match the rows' width");
-  TORCH_CHECK(!ends.empty() && ends.back() == width, "chunks must end at the width");
-  const int V = rows <= LANES ? 1 : 2;
-  const int64_t group = V * LANES, groups = (rows + group - 1) / group;
-  x = x.contiguous();
-  auto xt = torch::empty({groups, width, group}, x.options());  // rows transposed into lanes, zero padded
-  float* xtp = xt.data_ptr<float>();
-  const float* xs = x.data_ptr<float>();
-  for (int64_t g = 0; g < groups; ++g)
-    for (int64_t k = 0; k < width; ++k)
-      for (int64_t r = 0; r < group; ++r) {
-        const int64_t row = g * group + r;
-        xtp[(g * width + k) * group + r] = row < rows ? xs[row * width + k] : 0.0f;
-      }
-  auto out = torch::empty({rows, outs}, x.options());
-  const float* xp = xtp;
-  const float* wp = w.data_ptr<float>();
-  float* op = out.data_ptr<float>();
-  constexpr int NB = 4;
-  at::parallel_for(0, (outs + NB - 1) / NB, 16, [&](int64_t first, int64_t last) {
-    for (int64_t c = first; c < last; ++c) {
-      const int nb = (int)std::min<int64_t>(NB, outs - c * NB);
-      for (int64_t g = 0; g < groups; ++g) {
-        const int64_t count = std::min<int64_t>(group, rows - g * group);
-        const float* xg = xp + g * width * group;
-        float* og = op + g * group * outs + c * NB;
-        if (V == 1) column_block<1>(nb, xg, width, wp + c * NB * width, ends, og, count, outs);
-        else column_block<2>(nb, xg, width, wp + c * NB * width, ends, og, count, outs);
-      }
-    }
-  });
-  return out;
-}
-"""
 
 _KERNELS: dict[str, Any] = {}  # ISA -> compiled module, or None when it could not be built
+_LOADS: dict[str, str] = {}  # ISA -> how it was obtained ("built in 41.2 s", "loaded in 0.1 s", "unavailable: ...")
+_PATHS: dict[
+    str, str
+] = {}  # "output layer 151936 x 256, blocks (1, 32), 2 threads" -> "kernel, chunks ..." | "fallback"
+
+
+ISA_RANK = {"DEFAULT": 0, "AVX2": 1, "AVX512": 2}  # torch's CPU capabilities, each CPU runs its own and those below
+
+
+def kernel_isa() -> str:
+    """The variant to run: `WAM_DIFF2_CPU_KERNEL_ISA` where set and this CPU runs it, else torch's CPU capability."""
+    capability = torch.backends.cpu.get_cpu_capability()
+    forced = os.environ.get(ISA_ENV, "").strip().upper()
+    if not forced:
+        return capability
+    if ISA_RANK.get(forced, 99) > ISA_RANK.get(capability, 0):
+        LOG.warning("%s=%s: this CPU runs %s at most; using %s", ISA_ENV, forced, capability, capability)
+        return capability
+    return forced
 
 
 def kernel_flags(isa: str) -> list[str] | None:
@@ -207,6 +99,42 @@ def kernel_flags(isa: str) -> list[str] | None:
         "AVX512": ["-O3", "-mavx512f", "-mfma", "-DWAM_AVX512", "-fopenmp"],
         "AVX2": ["-O3", "-mavx2", "-mfma", "-fopenmp"],
     }.get(isa)
+
+
+def build_key(flags: list[str]) -> str:
+    """12 hex digits naming one build: the source, the flags, the torch build and the Python ABI."""
+    digest = hashlib.sha256(KERNEL_SOURCE.read_bytes())
+    for part in (*flags, torch.__version__, str(torch.version.git_version), sys.implementation.cache_tag):
+        digest.update(b"\0" + part.encode())
+    return digest.hexdigest()[:12]
+
+
+def kernel_root() -> str:
+    """Where the builds go: `WAM_DIFF2_KERNEL_DIR`, else inside this virtual environment, else (no virtual
+    environment, or not writable) a folder of torch's extension root named by the interpreter's prefix."""
+    if os.environ.get(DIR_ENV):
+        return os.environ[DIR_ENV]
+    own = os.path.join(sys.prefix, "var", "cache", "wam_diff2_ros")
+    in_venv = sys.prefix != sys.base_prefix
+    if in_venv and (os.access(sys.prefix, os.W_OK) or os.access(own, os.W_OK)):
+        return own
+    from torch.utils.cpp_extension import get_default_build_root
+
+    prefix_key = hashlib.sha256(sys.prefix.encode()).hexdigest()[:12]
+    return os.path.join(get_default_build_root(), f"wam_diff2_ros_{prefix_key}")
+
+
+def module_name(isa: str) -> str:
+    """The compiled module's (and its build directory's) name for `isa` (which must have a variant)."""
+    flags = kernel_flags(isa)
+    if flags is None:
+        raise ValueError(f"no CPU kernel variant for {isa}")
+    return f"{KERNEL_NAME}_{isa.lower()}_{build_key(flags)}"
+
+
+def build_directory(isa: str) -> str:
+    """The folder the kernels for `isa` are built in and loaded from (one per source, flags and torch build)."""
+    return os.path.join(kernel_root(), module_name(isa))
 
 
 @contextlib.contextmanager
@@ -225,14 +153,6 @@ def _ninja_on_path() -> Iterator[None]:
         yield
     finally:
         os.environ["PATH"] = previous
-
-
-def build_directory(isa: str) -> str:
-    """Where the kernels for `isa` are compiled and cached (under torch's extension root, per Python version)."""
-    from torch.utils.cpp_extension import get_default_build_root
-
-    root = os.environ.get("TORCH_EXTENSIONS_DIR") or get_default_build_root()
-    return os.path.join(root, f"py{sys.version_info.major}{sys.version_info.minor}_cpu", f"{KERNEL_NAME}_{isa.lower()}")
 
 
 @contextlib.contextmanager
@@ -254,34 +174,82 @@ def _exclusive_build(directory: str) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+def _import_built(name: str, directory: str) -> Any:
+    """The module a finished build left in `directory` (its `ready` mark says the build completed)."""
+    from torch.utils.cpp_extension import LIB_EXT
+
+    spec = importlib.util.spec_from_file_location(name, os.path.join(directory, name + LIB_EXT))
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {name} from {directory}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _build(name: str, directory: str, flags: list[str]) -> Any:
+    """Compile the kernels into `directory` from a copy of the source held there (so the build's commands do not
+    depend on where the package is checked out), mark the build finished and return the module."""
+    from torch.utils.cpp_extension import load
+
+    source = os.path.join(directory, KERNEL_SOURCE.name)
+    if not os.path.exists(source) or Path(source).read_bytes() != KERNEL_SOURCE.read_bytes():
+        shutil.copyfile(KERNEL_SOURCE, source)
+    module = load(
+        name=name, sources=[source], extra_cflags=flags, extra_ldflags=["-fopenmp"], build_directory=directory
+    )
+    Path(directory, READY).touch()
+    return module
+
+
 def load_kernel(isa: str | None = None) -> Any | None:
-    """The compiled kernels for this CPU (or the given ISA), built on first use; None where they cannot be."""
-    isa = isa or torch.backends.cpu.get_cpu_capability()
+    """The compiled kernels for this CPU (or the given ISA; see `kernel_isa`): loaded from this environment's build,
+    built there first if it has none; None where they cannot be (logged once; the callers run the stock layers)."""
+    isa = (isa or kernel_isa()).upper()
     if isa in _KERNELS:
         return _KERNELS[isa]
     flags = kernel_flags(isa)
     module = None
+    started = time.perf_counter()
     if flags is None:
+        _LOADS[isa] = "unavailable: no kernel variant for this CPU"
         LOG.info("no CPU kernels for %s: the fast engine runs the stock layers on CPU", isa)
     else:
-        from torch.utils.cpp_extension import load_inline
-
-        LOG.info("building the fast engine's CPU kernels (%s; once per machine, about 30 s)", isa)
+        name = module_name(isa)
+        directory = build_directory(isa)
         try:
-            directory = build_directory(isa)
-            with _ninja_on_path(), _exclusive_build(directory):
-                module = load_inline(
-                    name=f"{KERNEL_NAME}_{isa.lower()}",
-                    cpp_sources=KERNEL_SOURCE,
-                    functions=["chunked_logits", "chunked_linear"],
-                    extra_cflags=flags,
-                    extra_ldflags=["-fopenmp"],
-                    build_directory=directory,
-                )
+            if os.path.exists(os.path.join(directory, READY)):
+                module, how = _import_built(name, directory), "loaded"
+            else:
+                LOG.info("building the fast engine's CPU kernels (%s) in %s (once per environment)", isa, directory)
+                with _ninja_on_path(), _exclusive_build(directory):
+                    if os.path.exists(os.path.join(directory, READY)):  # another process built it meanwhile
+                        module, how = _import_built(name, directory), "loaded"
+                    else:
+                        module, how = _build(name, directory, flags), "built"
+            _LOADS[isa] = f"{how} in {time.perf_counter() - started:.1f} s"
+            LOG.info("CPU kernels %s %s (%s)", isa, _LOADS[isa], directory)
         except Exception as exc:  # no compiler, no ninja, a failed build: the fast engine keeps going without it
+            _LOADS[isa] = f"unavailable: {exc}"
             LOG.warning("CPU kernels unavailable (%s): the fast engine runs the stock layers on CPU", exc)
     _KERNELS[isa] = module
     return module
+
+
+def kernel_loads() -> dict[str, str]:
+    """How this process got each kernel variant it asked for: "built in 41.2 s", "loaded in 0.1 s", "unavailable..."."""
+    return dict(_LOADS)
+
+
+def kernel_paths() -> dict[str, str]:
+    """Per layer shape, block shape and thread count probed in this process: "kernel, chunks ..." or "fallback ..."
+    (the stock layer runs: no chunking reproduced its bits, or no kernel)."""
+    return dict(_PATHS)
+
+
+def _record_path(what: str, block_shape: tuple[int, int], chunking: Chunking | None) -> None:
+    key = f"{what}, blocks {block_shape}, {torch.get_num_threads()} threads"
+    _PATHS[key] = f"kernel, {chunking}" if chunking else "fallback: no chunking reproduces the stock bits"
+    LOG.info("CPU %s: %s", key, _PATHS[key])
 
 
 def pack_weights(weight: torch.Tensor) -> torch.Tensor:
@@ -293,27 +261,41 @@ def pack_weights(weight: torch.Tensor) -> torch.Tensor:
     return weight.reshape(tiles, LANES, width).transpose(1, 2).contiguous()
 
 
-def candidate_chunkings(width: int) -> list[tuple[int, ...]]:
-    """Chunk ends to try, most likely first: one chunk, fixed sizes (a shorter last chunk), even splits."""
-    found: list[tuple[int, ...]] = [(width,)]
-    sizes = [size for size in CANDIDATE_CHUNK_SIZES if size < width]
+def _even_ends(start: int, stop: int, size: int) -> tuple[int, ...]:
+    return (*range(start + size, stop, size), stop)
+
+
+def candidate_chunkings(width: int) -> list[Chunking]:
+    """Chunkings to try, most likely first: one chunk, fixed sizes (a shorter last chunk), even splits; then the
+    width split in two halves (at the middle, or after half the chunks), each half chunked the same way."""
+    found: list[Chunking] = []
+
+    def add(ends: tuple[int, ...], groups: tuple[int, ...]) -> None:
+        chunking = Chunking(ends, groups)
+        if chunking not in found:
+            found.append(chunking)
+
+    sizes = [width, *(size for size in CANDIDATE_CHUNK_SIZES if size < width)]
     sizes += [-(-width // parts) for parts in range(2, 9)]
     for size in sizes:
-        ends = (*range(size, width, size), width)
-        if ends not in found:
-            found.append(ends)
+        add(_even_ends(0, width, size), (width,))
+    for size in sizes:
+        chunks = -(-width // size)
+        for split in sorted({width // 2, -(-chunks // 2) * size}):
+            if 0 < split < width:
+                add((*_even_ends(0, split, size), *_even_ends(split, width, size)), (split, width))
     return found
 
 
 def find_chunking(
-    run: Callable[[list[int], bool], torch.Tensor], reference: torch.Tensor, width: int
-) -> tuple[int, ...] | None:
-    """The first candidate chunking under which `run(ends, full)` equals `reference` bit for bit: each is tried
+    run: Callable[[Chunking, bool], torch.Tensor], reference: torch.Tensor, width: int
+) -> Chunking | None:
+    """The first candidate chunking under which `run(chunking, full)` equals `reference` bit for bit: each is tried
     on a slice of the outputs first (`full=False`, compared with the same leading columns), then on all."""
-    for ends in candidate_chunkings(width):
-        head = run(list(ends), False)
-        if torch.equal(head, reference[:, : head.shape[1]]) and torch.equal(run(list(ends), True), reference):
-            return ends
+    for chunking in candidate_chunkings(width):
+        head = run(chunking, False)
+        if torch.equal(head, reference[:, : head.shape[1]]) and torch.equal(run(chunking, True), reference):
+            return chunking
     return None
 
 
@@ -324,7 +306,7 @@ class ExactRowLogits:
         self.head = head
         self.isa = isa
         self._packed: tuple[Any, torch.Tensor] | None = None
-        self._chunks: dict[tuple[Any, ...], tuple[int, ...] | None] = {}
+        self._chunks: dict[tuple[Any, ...], Chunking | None] = {}
 
     def __call__(self, rows: torch.Tensor, block_shape: tuple[int, int]) -> torch.Tensor | None:
         """Logits [N, V] of hidden rows [N, D] taken from a [B, L] block, or None (compute all rows instead)."""
@@ -337,10 +319,12 @@ class ExactRowLogits:
         key = (tuple(packed.shape), block_shape, torch.get_num_threads())  # the chunking follows shapes, not values
         if key not in self._chunks:
             self._chunks[key] = self._probe(kernel, packed, block_shape)
-        ends = self._chunks[key]
-        if ends is None:
+        chunking = self._chunks[key]
+        if chunking is None:
             return None
-        return kernel.chunked_logits(rows, packed, list(ends), self.head.weight.shape[0])
+        return kernel.chunked_logits(
+            rows, packed, list(chunking.ends), list(chunking.groups), self.head.weight.shape[0]
+        )
 
     def _weight_key(self) -> tuple[Any, ...]:
         weight = self.head.weight
@@ -353,19 +337,20 @@ class ExactRowLogits:
         return self._packed[1]
 
     @torch.no_grad()
-    def _probe(self, kernel: Any, packed: torch.Tensor, block_shape: tuple[int, int]) -> tuple[int, ...] | None:
+    def _probe(self, kernel: Any, packed: torch.Tensor, block_shape: tuple[int, int]) -> Chunking | None:
         vocab, width = self.head.weight.shape
         probe = _probe_block(block_shape, width)
         reference = self.head(probe).reshape(-1, vocab)
         flat = probe.reshape(-1, width)
 
-        def run(ends: list[int], full: bool) -> torch.Tensor:
+        def run(chunking: Chunking, full: bool) -> torch.Tensor:
             tiles = packed if full else packed[:PROBE_TILES]
-            return kernel.chunked_logits(flat, tiles, ends, vocab if full else min(vocab, tiles.shape[0] * LANES))
+            count = vocab if full else min(vocab, tiles.shape[0] * LANES)
+            return kernel.chunked_logits(flat, tiles, list(chunking.ends), list(chunking.groups), count)
 
-        ends = find_chunking(run, reference, width)
-        LOG.info("CPU output-layer kernel for blocks %s: chunks %s", block_shape, ends or "none match, all rows")
-        return ends
+        chunking = find_chunking(run, reference, width)
+        _record_path(f"output layer {vocab} x {width}", block_shape, chunking)
+        return chunking
 
 
 class ExactLinears:
@@ -377,7 +362,7 @@ class ExactLinears:
     def __init__(self, modules: list[torch.nn.Module], isa: str | None = None) -> None:
         self.modules = [module for module in modules if isinstance(module, torch.nn.Linear)]
         self.isa = isa
-        self._chunks: dict[tuple[Any, ...], tuple[int, ...] | None] = {}
+        self._chunks: dict[tuple[Any, ...], Chunking | None] = {}
 
     @contextlib.contextmanager
     def installed(self, block_shape: tuple[int, int]) -> Iterator[None]:
@@ -386,9 +371,9 @@ class ExactLinears:
         routed = []
         if kernel is not None:
             for module in self.modules:
-                ends = self._chunking(kernel, module, block_shape) if _covered(module) else None
-                if ends is not None:
-                    module.forward = functools.partial(_kernel_forward, kernel, module, list(ends), block_shape)
+                chunking = self._chunking(kernel, module, block_shape) if _covered(module) else None
+                if chunking is not None:
+                    module.forward = functools.partial(_kernel_forward, kernel, module, chunking, block_shape)
                     routed.append(module)
         try:
             yield
@@ -396,21 +381,22 @@ class ExactLinears:
             for module in routed:
                 del module.forward
 
-    def _chunking(self, kernel: Any, module: torch.nn.Linear, block_shape: tuple[int, int]) -> tuple[int, ...] | None:
+    def _chunking(self, kernel: Any, module: torch.nn.Linear, block_shape: tuple[int, int]) -> Chunking | None:
         outs, width = module.weight.shape
         key = (outs, width, block_shape, torch.get_num_threads())
         if key not in self._chunks:
             with torch.no_grad():
                 probe = _probe_block(block_shape, width)
                 weight = module.weight.detach()
-                reference = torch.nn.functional.linear(probe, weight).reshape(-1, outs)
+                reference = module(probe).reshape(-1, outs)  # its own forward: what the exact engine runs
                 flat = probe.reshape(-1, width)
 
-                def run(ends: list[int], full: bool) -> torch.Tensor:
-                    return kernel.chunked_linear(flat, weight if full else weight[:PROBE_COLUMNS], ends)
+                def run(chunking: Chunking, full: bool) -> torch.Tensor:
+                    used = weight if full else weight[:PROBE_COLUMNS]
+                    return kernel.chunked_linear(flat, used, list(chunking.ends), list(chunking.groups))
 
                 self._chunks[key] = find_chunking(run, reference, width)
-            LOG.info("CPU linear kernel %d -> %d for blocks %s: chunks %s", width, outs, block_shape, self._chunks[key])
+            _record_path(f"linear {width} -> {outs}", block_shape, self._chunks[key])
         return self._chunks[key]
 
 
@@ -432,10 +418,12 @@ def _covered(module: torch.nn.Module) -> bool:
 
 
 def _kernel_forward(
-    kernel: Any, module: torch.nn.Linear, ends: list[int], block_shape: tuple[int, int], x: torch.Tensor
+    kernel: Any, module: torch.nn.Linear, chunking: Chunking, block_shape: tuple[int, int], x: torch.Tensor
 ) -> torch.Tensor:
     if tuple(x.shape[:-1]) != block_shape or x.dtype != torch.float32:  # not a block's rows: the stock forward
-        return torch.nn.functional.linear(x, module.weight)
+        return type(module).forward(module, x)
     with torch.no_grad():
-        flat = kernel.chunked_linear(x.reshape(-1, x.shape[-1]), module.weight, ends)
+        flat = kernel.chunked_linear(
+            x.reshape(-1, x.shape[-1]), module.weight, list(chunking.ends), list(chunking.groups)
+        )
     return flat.view(*block_shape, -1)

@@ -13,15 +13,10 @@ from typing import Any
 
 from wam_diff2_ros.replay.errors import ReplayModelError, ReplayUsageError
 from wam_diff2_ros.replay.topics import TopicMap, TopicRequest
+from wam_diff2_ros.ros.inputs import INPUTS, InputSpec
 
-REPLAY_KEYS = {
-    "replay.image_topics": "image_topics",
-    "replay.camera_info_topics": "camera_info_topics",
-    "replay.odometry_topic": "odometry_topic",
-    "replay.command_topic": "command_topic",
-    "replay.driving_command_topic": "driving_command_topic",
-    "replay.acceleration_topic": "acceleration_topic",
-}
+#: ``replay.<role>_topic`` (``_topics`` per camera) → the input it names, one per row of the input table.
+REPLAY_KEYS: dict[str, InputSpec] = {f"replay.{spec.request_key}": spec for spec in INPUTS}
 
 
 MAX_CONSECUTIVE_ENGINE_ERRORS = 3
@@ -69,7 +64,8 @@ def parse_set(items: Sequence[str]) -> dict[str, Any]:
             hint = f" (did you mean {', '.join(close)}?)" if close else ""
             raise ReplayUsageError(f"--set {key}: unknown parameter{hint}; see config/wam_diff2.yaml")
         spec = SPEC_BY_NAME.get(key)
-        if (spec is not None and isinstance(spec.default, str)) or (key in REPLAY_KEYS and key.endswith("_topic")):
+        topic_key = REPLAY_KEYS.get(key)
+        if (spec is not None and isinstance(spec.default, str)) or (topic_key is not None and not topic_key.per_camera):
             values[key] = text
             continue
         try:
@@ -136,17 +132,18 @@ def _read_params(options: ReplayOptions) -> tuple[dict[str, Any], TopicRequest]:
         value = values.pop(key)
         if key not in REPLAY_KEYS:
             raise ReplayUsageError(f"parameter {key}: unknown (replay keys: {', '.join(REPLAY_KEYS)})")
-        name = REPLAY_KEYS[key]
+        input_spec = REPLAY_KEYS[key]
         if value is None:  # `key: null` = not set
             continue
-        if name.endswith("_topics"):
+        if input_spec.per_camera:
             value = [value] if isinstance(value, str) else value
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
                 raise ReplayUsageError(f"parameter {key}: expected a list of topic names, got {value!r}")
             value = list(value) or None
         elif not isinstance(value, str):
             raise ReplayUsageError(f"parameter {key}: expected a topic name, got {value!r}")
-        setattr(request, name, value)
+        if value is not None:
+            request.topics[input_spec.role] = value
     values.pop("use_sim_time", None)
     return values, request
 

@@ -1,20 +1,22 @@
 """Which bag topic feeds which of the runtime's inputs: topic selection (:func:`select_topics`) and the
-bag topic → input-table row map (:func:`routes`); the rows are the node's own (:mod:`wam_diff2_ros.ros.inputs`),
-so a bag message reaches the handler the node's subscription would hand it to.
+bag topic → input-table row map (:func:`routes`). The inputs, their message types and their flags come from the
+node's own input table (:mod:`wam_diff2_ros.ros.inputs`), so a bag message reaches the handler the node's
+subscription would hand it to, and an input added there is replayed without a change here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from wam_diff2_ros.replay.errors import ReplayUsageError
+from wam_diff2_ros.ros.inputs import SINGLE_INPUTS, SPEC_BY_ROLE, InputSpec
 from wam_diff2_ros.ros.params.specs import DEFAULT_NODE_NAME
 from wam_diff2_ros.ros.topics import OUTPUT_TOPICS as NODE_TOPICS
 from wam_diff2_ros.ros.topics import absolute
 
-if TYPE_CHECKING:  # the table needs rclpy's messages; the replay imports it when it runs
+if TYPE_CHECKING:
     from wam_diff2_ros.ros.inputs import InputRow
 
 NODE_PREFIX = f"/{DEFAULT_NODE_NAME}"
@@ -34,13 +36,9 @@ OUTPUT_NAMES = (
     "plots",
 )
 
-IMAGE_TYPE = "sensor_msgs/msg/Image"
-COMPRESSED_TYPE = "sensor_msgs/msg/CompressedImage"
-CAMERA_INFO_TYPE = "sensor_msgs/msg/CameraInfo"
-ODOMETRY_TYPE = "nav_msgs/msg/Odometry"
-STRING_TYPE = "std_msgs/msg/String"
-DRIVING_COMMAND_TYPE = "wam_diff2_ros/msg/DrivingCommand"
-ACCELERATION_TYPE = "geometry_msgs/msg/AccelWithCovarianceStamped"
+IMAGE = SPEC_BY_ROLE["image"]
+CAMERA_INFO = SPEC_BY_ROLE["camera_info"]
+COMPRESSED_TYPE = IMAGE.msg_types[1]
 TF_TOPICS = ("/tf", "/tf_static")
 
 
@@ -49,52 +47,47 @@ NONE_WORDS = ("none", "off", "")
 
 @dataclass
 class TopicRequest:
-    """Topics asked for by flags or the parameters file (None = choose by type, ``"none"`` = off)."""
+    """Topics asked for by flags or the parameters file, by input role (absent = choose by type, ``"none"`` =
+    off); a per-camera input's value is a list, one topic per camera."""
 
-    image_topics: list[str] | None = None
-    camera_info_topics: list[str] | None = None
-    odometry_topic: str | None = None
-    command_topic: str | None = None
-    driving_command_topic: str | None = None
-    acceleration_topic: str | None = None
+    topics: dict[str, str | list[str]] = field(default_factory=dict)
+
+    def get(self, role: str) -> str | list[str] | None:
+        """The request for ``role``, or None."""
+        return self.topics.get(role)
 
     def merged(self, fallback: TopicRequest) -> TopicRequest:
-        """Fields of ``self``, where unset those of ``fallback``."""
-        return TopicRequest(
-            **{
-                name: getattr(self, name) if getattr(self, name) is not None else getattr(fallback, name)
-                for name in self.__dataclass_fields__
-            }
-        )
+        """The requests of ``self``, where unset those of ``fallback``."""
+        return TopicRequest({**fallback.topics, **self.topics})
 
 
 @dataclass
 class TopicMap:
-    """The bag topics feeding each input of the runtime (None = not used)."""
+    """The bag topics feeding each input of the runtime (None = not used). A single input's topic reads as an
+    attribute named after its role: ``topic_map.odometry``."""
 
     images: list[tuple[str, str]]  # (topic, transport raw|compressed), camera order
     camera_infos: list[str | None]
-    odometry: str | None
-    command: str | None
-    driving_command: str | None
-    acceleration: str | None
+    singles: dict[str, str | None]  # role → topic, for every input of the table that is not per camera
     notes: list[str] = field(default_factory=list)
+
+    def __getattr__(self, role: str) -> str | None:
+        singles = self.__dict__.get("singles")
+        if singles is None or role not in singles:
+            raise AttributeError(role)
+        return singles[role]
 
     def inputs(self) -> list[str]:
         """Every topic read as an input."""
         topics = [t for t, _ in self.images] + [t for t in self.camera_infos if t]
-        topics += [t for t in (self.odometry, self.command, self.driving_command, self.acceleration) if t]
-        return topics
+        return topics + [t for t in self.singles.values() if t]
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready description (for metrics.json)."""
         return {
             "images": [{"topic": t, "transport": k} for t, k in self.images],
             "camera_infos": list(self.camera_infos),
-            "odometry": self.odometry,
-            "command": self.command,
-            "driving_command": self.driving_command,
-            "acceleration": self.acceleration,
+            **self.singles,
         }
 
 
@@ -125,15 +118,15 @@ def _check_topic(topics: Mapping[str, Any], topic: str, flag: str, types: Sequen
         raise ReplayUsageError(f"{flag} {topic}: has type {topics[topic].msgtype}, expected {' or '.join(types)}")
 
 
-def _single(
-    topics: Mapping[str, Any],
-    requested: str | None,
-    flag: str,
-    types: Sequence[str],
-    what: str,
-    notes: list[str],
-    prefer: Callable[[str], bool] | None = None,
-) -> str | None:
+def _has_alternative(spec: InputSpec) -> bool:
+    """Another input of the table is the same input under another type (command and driving_command)."""
+    return any(other.input_name == spec.input_name and other is not spec for other in SINGLE_INPUTS)
+
+
+def _single(topics: Mapping[str, Any], spec: InputSpec, requested: str | None, notes: list[str]) -> str | None:
+    """The bag topic of a single input: as requested, else the only topic of its type (or of several, the only
+    one whose name holds one of ``spec.prefer_words``), else None."""
+    what, flag, types = spec.label, spec.flag, spec.msg_types
     if _is_off(requested):
         notes.append(f"{what}: off ({flag} none)")
         return None
@@ -142,18 +135,17 @@ def _single(
         return requested
     candidates = _by_type(topics, *types)
     if not candidates:
-        if what != "command":
+        if not _has_alternative(spec):  # alternatives are reported together (select_topics)
             notes.append(f"{what}: the bag has no {' / '.join(types)} topic")
         return None
-    if len(candidates) > 1 and prefer is not None:
-        preferred = [c for c in candidates if prefer(c)]
-        if len(preferred) == 1:
-            notes.append(f"{what}: {preferred[0]} (of {len(candidates)} {types[0]} topics, by its name)")
-            return preferred[0]
+    preferred = [c for c in candidates if any(word in c.lower() for word in spec.prefer_words)]
+    if len(candidates) > 1 and len(preferred) == 1:
+        notes.append(f"{what}: {preferred[0]} (of {len(candidates)} {types[0]} topics, by its name)")
+        return preferred[0]
     if len(candidates) > 1:
         raise ReplayUsageError(
             f"more than one {what} topic: {_listing(topics, candidates)}; choose one with {flag} TOPIC"
-            + (f" (or {flag} none)" if what != "odometry" else "")
+            + (f" (or {flag} none)" if spec.optional else "")
         )
     notes.append(f"{what}: {candidates[0]} (the only {' / '.join(types)} topic)")
     return candidates[0]
@@ -176,11 +168,13 @@ def select_topics(topics: Mapping[str, Any], request: TopicRequest, num_cameras:
     Raises :class:`ReplayUsageError` for unknown or mistyped topics and for ambiguous choices.
     """
     notes: list[str] = []
-    image_types = (IMAGE_TYPE, COMPRESSED_TYPE)
-    if request.image_topics:
-        image_topics = list(request.image_topics)
+    image_types = IMAGE.msg_types
+    requested_images = request.get(IMAGE.role)
+    requested_infos = request.get(CAMERA_INFO.role)
+    if requested_images:
+        image_topics = list(requested_images)
         for topic in image_topics:
-            _check_topic(topics, topic, "--image-topic", image_types)
+            _check_topic(topics, topic, IMAGE.flag, image_types)
         if len(set(image_topics)) != len(image_topics):
             raise ReplayUsageError(f"--image-topic: a topic is given twice: {image_topics}")
     else:
@@ -205,20 +199,20 @@ def select_topics(topics: Mapping[str, Any], request: TopicRequest, num_cameras:
         )
     images = [(t, "compressed" if topics[t].msgtype == COMPRESSED_TYPE else "raw") for t in image_topics]
 
-    all_infos = _by_type(topics, CAMERA_INFO_TYPE)
+    all_infos = _by_type(topics, *CAMERA_INFO.msg_types)
     infos: list[str | None]
-    if request.camera_info_topics:
-        if len(request.camera_info_topics) != len(image_topics):
+    if requested_infos:
+        if len(requested_infos) != len(image_topics):
             raise ReplayUsageError(
-                f"--camera-info-topic given {len(request.camera_info_topics)} time(s) for {len(image_topics)} "
+                f"--camera-info-topic given {len(requested_infos)} time(s) for {len(image_topics)} "
                 "camera(s); give one per camera (none for a camera without one)"
             )
         infos = []
-        for topic in request.camera_info_topics:
+        for topic in requested_infos:
             if _is_off(topic):
                 infos.append(None)
             else:
-                _check_topic(topics, topic, "--camera-info-topic", (CAMERA_INFO_TYPE,))
+                _check_topic(topics, topic, CAMERA_INFO.flag, CAMERA_INFO.msg_types)
                 infos.append(topic)
     else:
         infos = [_camera_info_for(t, all_infos) for t in image_topics]
@@ -231,33 +225,14 @@ def select_topics(topics: Mapping[str, Any], request: TopicRequest, num_cameras:
                 else f"camera info for {topic}: none (the debug image uses the fallback pinhole)"
             )
 
-    odometry = _single(topics, request.odometry_topic, "--odometry-topic", (ODOMETRY_TYPE,), "odometry", notes)
-    command = _single(
-        topics,
-        request.command_topic,
-        "--command-topic",
-        (STRING_TYPE,),
-        "command",
-        notes,
-        prefer=lambda name: "command" in name.lower() or "cmd" in name.lower(),
-    )
-    driving_notes: list[str] = []
-    driving = _single(
-        topics,
-        request.driving_command_topic,
-        "--driving-command-topic",
-        (DRIVING_COMMAND_TYPE,),
-        "driving command",
-        driving_notes,
-    )
-    if driving is not None or request.driving_command_topic is not None:
-        notes += driving_notes
-    if command is None and driving is None:
-        notes.append("command: none; plans need one (or command.default, e.g. --set command.default=straight)")
-    acceleration = _single(
-        topics, request.acceleration_topic, "--acceleration-topic", (ACCELERATION_TYPE,), "acceleration", notes
-    )
-    return TopicMap(images, infos, odometry, command, driving, acceleration, notes)
+    singles: dict[str, str | None] = {}
+    for spec in SINGLE_INPUTS:
+        requested = request.get(spec.role)
+        singles[spec.role] = _single(topics, spec, requested if isinstance(requested, str) else None, notes)
+    for name in dict.fromkeys(spec.input_name for spec in SINGLE_INPUTS if _has_alternative(spec)):
+        if all(singles[spec.role] is None for spec in SINGLE_INPUTS if spec.input_name == name):
+            notes.append(f"{name}: none; plans need one (or a fallback: --set {name}.default=...)")
+    return TopicMap(images, infos, singles, notes)
 
 
 def routes(topic_map: TopicMap, rows: Sequence[InputRow]) -> dict[str, InputRow]:
@@ -270,8 +245,7 @@ def routes(topic_map: TopicMap, rows: Sequence[InputRow]) -> dict[str, InputRow]
     for index, info in enumerate(topic_map.camera_infos):
         if info:
             wanted.setdefault(info, ("camera_info", index))
-    for role in ("odometry", "acceleration", "command", "driving_command"):
-        topic = getattr(topic_map, role)
+    for role, topic in topic_map.singles.items():
         if topic:
             wanted.setdefault(topic, (role, None))
     return {topic: by_input[key] for topic, key in wanted.items() if key in by_input}

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from wam_diff2_ros.core.checkpoint import release_device_cache
+from wam_diff2_ros.core.cpu_kernels import kernel_isa, kernel_loads, load_kernel
 from wam_diff2_ros.core.planning import EngineLike, describe_decoding
 from wam_diff2_ros.core.prompts import build_planning_prompt
 
@@ -51,9 +52,18 @@ class ModelSlot:
         loaded = f"model {engine.name} loaded on {device} ({dtype}) in {time.perf_counter() - started:.1f} s"
         decoding = describe_decoding(engine, config.decode)
         self._logger.info(loaded + (f"; decoding engine {decoding}" if decoding else ""))
+        if device == "cpu" and dtype == "float32" and (decoding or "").startswith("fast"):
+            self._load_cpu_kernels()
         if config.warmup:
             self._warmup(engine, config)
         return True
+
+    def _load_cpu_kernels(self) -> None:
+        """Build or load the fast engine's CPU kernels now, before activation, so the first plan never waits for
+        them (a build happens once per environment; scripts/bootstrap.sh does it)."""
+        isa = kernel_isa()
+        load_kernel(isa)
+        self._logger.info(f"fast engine's CPU kernels ({isa}): {kernel_loads().get(isa, '?')}")
 
     def _warmup(self, engine: EngineLike, config: NodeConfig) -> None:
         """One plan as the node asks for it (template, cameras, decoding budget) on gray frames of

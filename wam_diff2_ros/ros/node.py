@@ -46,9 +46,15 @@ from .diagnostics import KeyedThrottle, NodeHealth
 from .inputs import InputRow, input_names, input_table, receive
 from .model_slot import EngineFactory, ModelSlot
 from .outputs import output_types
-from .param_guard import coerce_set_request, declare_typed_parameters, evaluate_change, parameter_type
+from .param_guard import (
+    coerce_set_request,
+    declare_typed_parameters,
+    evaluate_change,
+    parameter_type,
+    wrong_type_reason,
+)
 from .params import DEFAULT_NODE_NAME, PARAMETER_SPECS, SPEC_BY_NAME, NodeConfig, ParameterError
-from .process import run_node
+from .process import ContextLogger, run_node
 from .runtime import PlannerRuntime
 from .topics import OUTPUT_TOPICS, QUESTION_TOPIC
 from .worker import WORKER_JOIN_TIMEOUT_S, Worker
@@ -113,9 +119,9 @@ class WamDiff2Node(LifecycleNode):
         self._diag_timer = self.create_timer(1.0, self._publish_diagnostics, callback_group=self._diag_group)
         self._autostart_timer = None
         self.add_on_set_parameters_callback(self._on_set_parameters)
+        self._declared_types = {spec.name: parameter_type(spec) for spec in PARAMETER_SPECS}
         if hasattr(self, "add_pre_set_parameters_callback"):  # rclpy >= Iron: `param set ... 5` for a double
-            declared = {spec.name: parameter_type(spec) for spec in PARAMETER_SPECS}
-            self.add_pre_set_parameters_callback(lambda params: coerce_set_request(params, declared))
+            self.add_pre_set_parameters_callback(lambda params: coerce_set_request(params, self._declared_types))
         if self.get_parameter("autostart").value is True:
             self._autostart_timer = self.create_timer(0.0, self._autostart)
         else:
@@ -401,6 +407,17 @@ class WamDiff2Node(LifecycleNode):
             self._model.abandon()
         self._runtime = None
         self._config = None
+
+    def _set_parameters_atomically_common(self, parameter_list: list, *args: Any, **kwargs: Any) -> Any:
+        """rclpy's set, with a wrong-type refusal naming the types (rclpy's reason names their codes)."""
+        result = super()._set_parameters_atomically_common(parameter_list, *args, **kwargs)
+        if not result.successful and result.reason.startswith("Wrong parameter type"):
+            result.reason = wrong_type_reason(parameter_list, self._declared_types) or result.reason
+        return result
+
+    def get_logger(self) -> ContextLogger:
+        """The node's logger; to stderr once the process is stopping (see :class:`~.process.ContextLogger`)."""
+        return ContextLogger(super().get_logger(), self.context)
 
     def begin_exit(self) -> None:
         """Process exit, first step: nothing more is published, and a running decode stops before its next

@@ -125,6 +125,32 @@ def declare_typed_parameters(node: Any) -> dict[str, Any]:
     return rejected
 
 
+TYPE_NAMES = {
+    Parameter.Type.NOT_SET: "not set",
+    Parameter.Type.BOOL: "bool",
+    Parameter.Type.INTEGER: "integer",
+    Parameter.Type.DOUBLE: "double",
+    Parameter.Type.STRING: "string",
+    Parameter.Type.BYTE_ARRAY: "byte array",
+    Parameter.Type.BOOL_ARRAY: "bool array",
+    Parameter.Type.INTEGER_ARRAY: "integer array",
+    Parameter.Type.DOUBLE_ARRAY: "double array",
+    Parameter.Type.STRING_ARRAY: "string array",
+}
+
+
+def wrong_type_reason(parameters: list[Parameter], declared: Mapping[str, Parameter.Type]) -> str | None:
+    """The refusal of a set request with values of the wrong type, by type names (rclpy's own reason names the
+    types by their codes: "expected '3' got '4'"); None when every value has its declared type."""
+    wrong = [
+        f"{p.name}: wrong parameter type, expected {TYPE_NAMES[declared[p.name]]}, got "
+        f"{TYPE_NAMES[p.type_]} {p.value!r}"
+        for p in parameters
+        if p.name in declared and p.type_ not in (declared[p.name], Parameter.Type.NOT_SET)
+    ]
+    return "; ".join(wrong) or None
+
+
 def coerce_set_request(parameters: list[Parameter], declared: Mapping[str, Parameter.Type]) -> list[Parameter]:
     """A set request with integers for double parameters (``ros2 param set /wam_diff2 planning.rate_hz 5``) and
     empty lists for array parameters converted to the declared type (rclpy's pre-set callback); everything else

@@ -11,18 +11,24 @@ import argparse
 import contextlib
 import os
 import sys
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import rclpy
 from rclpy.exceptions import InvalidHandle
 from rclpy.executors import Executor, ExternalShutdownException, MultiThreadedExecutor
+from rclpy.impl import rcutils_logger
 from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
+from rclpy.logging import LoggingSeverity
 from rclpy.utilities import remove_ros_args
 
 from .dds import ensure_fastdds_profile
 
 SWITCH_INTERVAL_S = 0.001
+# rclpy keys a log call's `once` / `throttle_duration_sec` state by its caller outside rclpy's own files (the list
+# is open to additions): ContextLogger's calls count as made where ContextLogger was called.
+rcutils_logger._internal_callers.append(os.path.realpath(__file__))
 
 
 def spin_until_shutdown(executor: Executor, context: Any = None, poll_s: float = 0.5) -> int:
@@ -47,6 +53,44 @@ def spin_until_shutdown(executor: Executor, context: Any = None, poll_s: float =
                 raise
             break  # SIGINT/SIGTERM shut the context down while spin_once was waiting: a normal stop
     return recovered
+
+
+class ContextLogger:
+    """A node's logger that writes to stderr once the node's context is shut down (SIGINT / SIGTERM): rcl can no
+    longer publish those lines to /rosout then and would print "Failed to publish log message to rosout:
+    publisher's context is invalid" for each (the last lines of a stopping node: "decode cancelled" ...)."""
+
+    def __init__(self, logger: Any, context: Any) -> None:
+        self._logger = logger
+        self._context = context
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._logger, name)
+
+    def _log(self, severity: LoggingSeverity, message: str, **kwargs: Any) -> bool:
+        if self._context.ok():
+            return self._logger.log(message, severity, **kwargs)
+        if not self._logger.is_enabled_for(severity):
+            return False
+        print(f"[{severity.name}] [{time.time():.9f}] [{self._logger.name}]: {message}", file=sys.stderr, flush=True)
+        return True
+
+    def debug(self, message: str, **kwargs: Any) -> bool:
+        return self._log(LoggingSeverity.DEBUG, message, **kwargs)
+
+    def info(self, message: str, **kwargs: Any) -> bool:
+        return self._log(LoggingSeverity.INFO, message, **kwargs)
+
+    def warning(self, message: str, **kwargs: Any) -> bool:
+        return self._log(LoggingSeverity.WARN, message, **kwargs)
+
+    warn = warning
+
+    def error(self, message: str, **kwargs: Any) -> bool:
+        return self._log(LoggingSeverity.ERROR, message, **kwargs)
+
+    def fatal(self, message: str, **kwargs: Any) -> bool:
+        return self._log(LoggingSeverity.FATAL, message, **kwargs)
 
 
 def run_node(make_node: Callable[[], Any], argv: Sequence[str] | None = None, exit_process: bool = True) -> int:

@@ -1,8 +1,8 @@
 """The node's topic names (private, remappable: ``~`` is the node's namespace and name), one table.
 
-The node subscribes and publishes with these names (:mod:`.inputs`, ``WamDiff2Node``); the replay writes its
-output bag under the same names below the default node name (:func:`absolute`). No ROS import: the replay's
-topic handling uses them without loading rclpy.
+The node subscribes and publishes with these names (``WamDiff2Node``; an input's name comes from its row of the
+input table, :mod:`.inputs`); the replay writes its output bag under the same names below the default node name
+(:func:`absolute`). No ROS import: the replay's topic handling uses them without loading rclpy.
 
 The topics (``<n>`` = camera index in ``cameras.names``):
 
@@ -32,10 +32,6 @@ The topics (``<n>`` = camera index in ``cameras.names``):
 
 from __future__ import annotations
 
-ODOMETRY_TOPIC = "~/input/odometry"
-ACCELERATION_TOPIC = "~/input/acceleration"
-COMMAND_TOPIC = "~/input/command"
-DRIVING_COMMAND_TOPIC = "~/input/driving_command"  # same role as command; ROS allows one type per topic name
 QUESTION_TOPIC = "~/input/question"
 
 #: output name → topic (the names :class:`~.runtime.PlanCycle` / ``DetectionCycle`` ``outputs()`` use).
@@ -50,16 +46,6 @@ OUTPUT_TOPICS: dict[str, str] = {
     "answer": "~/output/answer",
     "debug_image": "~/debug/image",
 }
-
-
-def image_topic(index: int) -> str:
-    """Camera ``index``'s image topic."""
-    return f"~/input/image_{index}"
-
-
-def camera_info_topic(index: int) -> str:
-    """Camera ``index``'s CameraInfo topic."""
-    return f"~/input/camera_info_{index}"
 
 
 def absolute(topic: str, node: str) -> str:

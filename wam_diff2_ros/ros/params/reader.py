@@ -120,6 +120,12 @@ class _Reader:
     def fail(self, name: str, problem: str) -> None:
         self.errors.append(f"{name}: {problem}")
 
+    def fail_section(self, section: str, problem: str, errors_before: int) -> None:
+        """A section's own check failed (a config class refused its values): reported only when none of its
+        parameters was reported since ``errors_before``; otherwise it only repeats that parameter's problem."""
+        if len(self.errors) == errors_before:
+            self.fail(section, problem)
+
     def boolean(self, name: str) -> bool:
         self.rules.setdefault(name, ParameterRule("boolean"))
         value = self.values[name]
@@ -203,6 +209,7 @@ class _Reader:
 
     def _decode(self) -> DecodeConfig:
         seed = self.integer("decoding.seed", minimum=-1)
+        before = len(self.errors)
         try:
             return DecodeConfig(
                 max_new_tokens=self.integer("decoding.max_new_tokens", 1),
@@ -219,7 +226,7 @@ class _Reader:
                 seed=None if seed < 0 else seed,
             )
         except DecodeConfigError as exc:
-            self.fail("decoding", str(exc))
+            self.fail_section("decoding", str(exc), before)
             return DecodeConfig()
 
     def _cameras(self) -> tuple[CameraConfig, ...]:
@@ -298,11 +305,12 @@ class _Reader:
         if base not in ("auto", "cpu", "cuda", "npu") or (":" in device and not device.split(":", 1)[1].isdigit()):
             self.fail("model.device", f"expected {DEVICES_HINT}, got {device!r}")
         dtype = self.text("model.dtype", DTYPES)
+        before = len(self.errors)
         min_pixels = self.integer("model.min_pixels", 1)
         preprocess = self.text("model.preprocess", PREPROCESS_MODES)
         max_pixels = self.integer("model.max_pixels", 1)
         if max_pixels < min_pixels:
-            self.fail("model.max_pixels", f"{max_pixels} is smaller than model.min_pixels {min_pixels}")
+            self.fail_section("model.max_pixels", f"{max_pixels} is smaller than model.min_pixels {min_pixels}", before)
         warmup_size = self.numbers("model.warmup_image_size")
         if len(warmup_size) != 2 or not all(v >= 1 and v.is_integer() for v in warmup_size):
             self.fail("model.warmup_image_size", f"needs [width, height] in whole pixels >= 1, got {warmup_size}")
@@ -324,6 +332,7 @@ class _Reader:
                 default_command = parse_navigation_command(default_command_text)
             except ValueError as exc:
                 self.fail("command.default", str(exc))
+        before = len(self.errors)
         try:
             sync = SyncConfig(
                 max_skew_ms=self.number("sync.max_skew_ms", positive=True),
@@ -334,8 +343,9 @@ class _Reader:
                 default_command=default_command,
             )
         except ValueError as exc:
-            self.fail("sync", str(exc))
+            self.fail_section("sync", str(exc), before)
         acceleration_filter = AccelerationFilterConfig()
+        before = len(self.errors)
         try:
             acceleration_filter = AccelerationFilterConfig(
                 window_s=self.number("acceleration.window_s", positive=True),
@@ -344,9 +354,10 @@ class _Reader:
                 include_centripetal=self.boolean("acceleration.include_centripetal"),
             )
         except ValueError as exc:
-            self.fail("acceleration", str(exc))
+            self.fail_section("acceleration", str(exc), before)
 
         kinematics = DEFAULT_KINEMATIC_LIMITS
+        before = len(self.errors)
         try:
             kinematics = KinematicLimits(
                 **{
@@ -361,9 +372,10 @@ class _Reader:
                 }
             )
         except ValueError as exc:
-            self.fail("planning.kinematics", str(exc))
+            self.fail_section("planning.kinematics", str(exc), before)
         planning = PlanningConfig()
         categories = tuple(c.strip() for c in self.strings("detection.categories"))
+        before = len(self.errors)
         try:
             planning = PlanningConfig(
                 template=template if not any(e.startswith("prompt.template") for e in self.errors) else "navsim",
@@ -379,7 +391,7 @@ class _Reader:
                 vqa_max_new_tokens=self.integer("vqa.max_new_tokens", 1),
             )
         except (ValueError, DecodeConfigError) as exc:
-            self.fail("planning/detection", str(exc))
+            self.fail_section("planning/detection", str(exc), before)
 
         detection_rate_hz = self.number("detection.rate_hz", minimum=0.0)
         detection_camera = self._camera_index("detection.camera", cameras, self.text("detection.camera").strip())

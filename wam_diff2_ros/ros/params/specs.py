@@ -18,6 +18,7 @@ from wam_diff2_ros.core.processor import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS
 from wam_diff2_ros.core.prompts import (
     PLANNING_TEMPLATES,
 )
+from wam_diff2_ros.ros.inputs import CAMERA_TRANSPORTS, QOS_DEFAULT_RELIABILITY, QOS_INPUTS
 
 DEFAULT_NODE_NAME = "wam_diff2"
 #: ``decoding.seed`` for "no seed" (``DecodeConfig.seed`` None; ROS parameters have no null).
@@ -27,10 +28,9 @@ _DECODE = DecodeConfig()
 _PLANNING = PlanningConfig()
 _SYNC = SyncConfig()
 _ACCELERATION = AccelerationFilterConfig()
-TRANSPORTS = ("raw", "compressed")
+TRANSPORTS = CAMERA_TRANSPORTS
 RELIABILITIES = ("best_effort", "reliable")
 DURABILITIES = ("volatile", "transient_local")
-QOS_INPUTS = ("image", "camera_info", "odometry", "acceleration", "command")
 DEVICES_HINT = "auto, cpu, cuda, cuda:N, npu, npu:N"
 DTYPES = ("bfloat16", "float16", "float32")
 
@@ -175,11 +175,7 @@ PARAMETER_SPECS: tuple[ParameterSpec, ...] = (
         _SYNC.max_image_age_ms,
         "front image at most this old on the node clock (sim time aware)",
     ),
-    *_qos_specs("image", "best_effort", 1),
-    *_qos_specs("camera_info", "best_effort", 1),
-    *_qos_specs("odometry", "best_effort", 1),
-    *_qos_specs("acceleration", "best_effort", 1),
-    *_qos_specs("command", "reliable", 1),
+    *(spec for name in QOS_INPUTS for spec in _qos_specs(name, QOS_DEFAULT_RELIABILITY[name], 1)),
     ParameterSpec(
         "acceleration.source", _SYNC.acceleration_source, "auto (topic when fresh, else derived) | topic | odometry"
     ),
