@@ -92,7 +92,8 @@ PARAMETER_SPECS: tuple[ParameterSpec, ...] = (
         "model.preprocess",
         DEFAULT_PREPROCESS,
         "|".join(PREPROCESS_MODES) + ": where images are resized and cut into patches (host: PIL on the CPU; "
-        "device: the frame is moved first, then torch on model.device; the same pixel values)",
+        "device: the uint8 frame is moved first, resized and cut by torch on model.device, with the host's pixel "
+        "values)",
     ),
     ParameterSpec("model.unload_on_deactivate", False, "deactivate also unloads the model (activate reloads it)"),
     ParameterSpec(
