@@ -153,22 +153,21 @@ def load_node_engine(settings: EndToEndSettings, config: Any) -> Any:
     from wam_diff2_ros.core.engine import Engine
     from wam_diff2_ros.ros.node import load_engine
 
-    engine = load_engine(config)
-    if settings.random_2b:
-        from .runs import BenchSettings
-        from .runs import load_engine as load_bench_engine
+    if not settings.random_2b:
+        return load_engine(config)
+    from .runs import BenchSettings
+    from .runs import load_engine as load_bench_engine
 
-        engine = load_bench_engine(
-            BenchSettings(
-                random_2b=True,
-                text_layers=settings.text_layers,
-                vision_layers=settings.vision_layers,
-                device=settings.device,
-                dtype=settings.dtype,
-            )
+    engine = load_bench_engine(
+        BenchSettings(
+            random_2b=True,
+            text_layers=settings.text_layers,
+            vision_layers=settings.vision_layers,
+            device=settings.device,
+            dtype=settings.dtype,
         )
-        engine = Engine(engine.model, engine.processor, engine.checkpoint, engine.device, preprocess=config.preprocess)
-    return engine
+    )
+    return Engine(engine.model, engine.processor, engine.checkpoint, engine.device, preprocess=config.preprocess)
 
 
 class _Feeder:
