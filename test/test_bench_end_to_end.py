@@ -35,7 +35,7 @@ def test_end_to_end_times_plans_through_the_runtime(tmp_path, capsys) -> None:
     out = tmp_path / "e2e.json"
     argv = ["--end-to-end", "--model-id", "tiny", "--device", "cpu", "--dtype", "float32", "--width", "96"]
     argv += ["--height", "64", "--plans", "3", "--warmup", "1", "--blocks", "2", "--steps-per-block", "5"]
-    argv += ["--steps-per-block", "0", "--preprocess", "device", "--json", str(out)]
+    argv += ["--steps-per-block", "0", "--preprocess", "device", "--engine", "exact", "--json", str(out)]
     assert main(argv) == 0
     figures = json.loads(out.read_text())
     assert figures["preprocess"] == "device" and figures["plans"] == 3
