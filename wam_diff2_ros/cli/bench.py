@@ -38,7 +38,10 @@ def _add(parser: argparse.ArgumentParser, flag: str, **kwargs: Any) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """Command-line flags (decoding defaults: `DecodeConfig`'s, filled in by the run)."""
-    parser = argparse.ArgumentParser(prog="wam-diff2-bench", description=__doc__.split("\n\n")[0])
+    # "resolve": scripts that extend this parser (scripts/profile_cpu_step.py) may redefine a flag (--plans)
+    parser = argparse.ArgumentParser(
+        prog="wam-diff2-bench", description=__doc__.split("\n\n")[0], conflict_handler="resolve"
+    )
     d = _DEFAULTS
     _add(parser, "--model-id", default=d.model_id, help="checkpoint dir, 'demo', or 'tiny' (a random tiny model)")
     _add(parser, "--random-2b", action="store_true", help="random weights in the real 2B architecture")
