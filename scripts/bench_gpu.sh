@@ -10,6 +10,10 @@
 #   1. wam-diff2-bench on the full WAM-Diff2 2B architecture (random weights), bfloat16, one 1920x1080 image
 #      (1980 visual tokens), default decoding: exact vs fast (CUDA graphs) vs fused (the fast engine
 #      with its fused step kernels, torch_compile) in one run
+#   1b. wam-diff2-bench --end-to-end: Image message -> Path through the node's PlannerRuntime,
+#      p50/p95/p99 and the stage split, 12 steps per block (forced, static schedule) next to the dynamic default,
+#      3 blocks, PLANS plans (default 200); once with model.preprocess host, once device; then
+#      wam-diff2-bench --preprocessing (device path on CUDA: pixel values against host and transformers, times)
 #   2. wam-diff2-bench agreement: demo and tiny models, bfloat16, 48 varied prompts: exact, fast and fused
 #      against the exact engine in float32 (identical sequences, plan distances, valid rates, the verdicts)
 #   3. test/test_fast_decoding_cuda.py: fast == exact tokens in float32 on CUDA, with and without CUDA graphs
@@ -19,7 +23,8 @@
 #      whether merging keeps the bits, scores), its attention by kernel (masked SDPA, grouped_attention, flash
 #      varlen with seqused_k) and the vision patch embedding (Conv3d against one linear product, same bits?)
 #
-# Environment: PYTHON (default .venv/bin/python, else python3), OUT (default .), ITERATIONS (default 5),
+# Environment: PYTHON (default .venv/bin/python, else python3), OUT (default .), ITERATIONS (default 5), PLANS
+# (end-to-end plans per schedule; default 200, tiny mode 3),
 # CUDA_TORCH_SPEC (default "torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128").
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -73,6 +78,23 @@ fi
 # the figures first: if time runs out, the later checks are what is lost
 step "$compared" 240 \
   "$PYTHON" -m wam_diff2_ros.cli.bench "${bench[@]}" --engine exact "${variants[@]}" --json "$OUT/bench_gpu.json"
+# end to end through the node's runtime (the figures of a vehicle's plan), then host vs device preprocessing
+if [ "${BENCH_GPU_TINY:-0}" = 1 ]; then
+  e2e=(--model-id tiny --device cpu --dtype float32 --width 64 --height 64 --plans "${PLANS:-3}" --warmup 0)
+  e2e+=(--engine exact)
+  preprocessing=(--width 640 --height 360 --iterations 2)
+else
+  e2e=(--random-2b --device cuda --dtype bfloat16 --width 1920 --height 1080 --plans "${PLANS:-200}" --warmup 3)
+  preprocessing=(--width 1920 --height 1080 --iterations 20)
+fi
+for preprocess in host device; do
+  step "end to end, preprocess $preprocess" 600 \
+    "$PYTHON" -m wam_diff2_ros.cli.bench --end-to-end "${e2e[@]}" --blocks 3 --steps-per-block 12 \
+    --steps-per-block 0 --preprocess "$preprocess" --json "$OUT/end_to_end_$preprocess.json"
+done
+step "host vs device preprocessing" 120 \
+  "$PYTHON" -m wam_diff2_ros.cli.bench --preprocessing "${preprocessing[@]}" --json "$OUT/preprocessing.json"
+
 step "agreement yardstick, $agreement_dtype vs exact float32" 300 \
   "$PYTHON" -m wam_diff2_ros.cli.bench agreement "${agreement[@]}" --device "$device" \
   --dtype "$agreement_dtype" --prompts "$prompts" "${candidates[@]}" --json "$OUT/agreement.json"

@@ -53,6 +53,10 @@ def test_gpu_bench_script_runs_its_tiny_cpu_mode(tmp_path):
     figures = json.loads((tmp_path / "bench_gpu.json").read_text())
     assert set(figures["engines"]) == {"exact", "fast"} and figures["tokens_identical"] and figures["speedup"] > 0
     assert set(figures["cpu_kernels"]) == {"loads", "paths"}  # which path each shape ran
+    for preprocess in ("host", "device"):  # end to end through the node's runtime, forced and dynamic schedules
+        end_to_end = json.loads((tmp_path / f"end_to_end_{preprocess}.json").read_text())
+        assert set(end_to_end["schedules"]) == {"12 steps/block", "dynamic"} and end_to_end["preprocess"] == preprocess
+    assert json.loads((tmp_path / "preprocessing.json").read_text())["rows"]
     agreement = json.loads((tmp_path / "agreement.json").read_text())
     assert set(agreement["models"]) == {"tiny"} and set(agreement["verdicts"]) == {"fast"}
     assert set(agreement["models"]["tiny"]["engines"]) == {"exact", "fast"}

@@ -33,7 +33,7 @@ ALLOWED: dict[str, set[str]] = {
     "replay": {"core", "demo", "viewer", "ros", "bag", "replay"},
     "fleet": {"core", "demo", "viewer", "ros", "bag", "replay", "fleet"},
     "demo.train": {"core", "demo", "sim", "demo.train"},
-    "bench": {"core", "demo", "ros", "bench"},  # ros: the image-conversion benchmark only
+    "bench": {"core", "demo", "ros", "bench"},  # ros: the image-conversion and end-to-end benchmarks only
     "infer": {"core", "demo", "infer"},
     "interfaces": {"interfaces"},
     "cli": {

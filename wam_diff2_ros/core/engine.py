@@ -31,6 +31,7 @@ from .checkpoint import (
 from .confidence import token_char_spans
 from .deadline import DEFAULT_CLOCK, Clock
 from .decoding import DecodeConfig, DecodeOutput, block_diffusion_decode
+from .device_preprocess import DEFAULT_PREPROCESS, PREPROCESS_MODES
 from .engines import Runners, describe_engine
 from .model import BlockDiffusionBackbone
 from .processor import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS, WamDiff2Processor
@@ -66,8 +67,15 @@ class Engine:
     """A WAM-Diff2 checkpoint ready to decode."""
 
     def __init__(
-        self, model: Any, processor: WamDiff2Processor, checkpoint: CheckpointInfo, device: torch.device
+        self,
+        model: Any,
+        processor: WamDiff2Processor,
+        checkpoint: CheckpointInfo,
+        device: torch.device,
+        preprocess: str = DEFAULT_PREPROCESS,
     ) -> None:
+        if preprocess not in PREPROCESS_MODES:
+            raise ValueError(f"preprocess must be one of {', '.join(PREPROCESS_MODES)}; got {preprocess!r}")
         self.model = model
         self.processor = processor
         self.checkpoint = checkpoint
@@ -79,6 +87,11 @@ class Engine:
         self._cancel = threading.Event()
         # per response budget (blocks), how many blocks the last answer took: a deadline is shared among as many
         self._answer_blocks: dict[int, int] = {}
+        self.preprocess = preprocess  # host: PIL on the CPU; device: resize and patch cut on `device`
+        processor.images_on = device if preprocess == "device" else None
+        # an instrument told each decoding phase as it starts (`block_diffusion_decode`'s `observe`), when a
+        # call passes none: the end-to-end benchmark times the node's own calls with it
+        self.phase_observer: Callable[[str], None] | None = None
 
     @classmethod
     def load(
@@ -88,11 +101,14 @@ class Engine:
         dtype: str | torch.dtype = "bfloat16",
         min_pixels: int = DEFAULT_MIN_PIXELS,
         max_pixels: int = DEFAULT_MAX_PIXELS,
+        preprocess: str = DEFAULT_PREPROCESS,
     ) -> Engine:
         """Validate and load a checkpoint directory onto a device (`auto`, `cpu`, `cuda[:N]`, `npu[:N]`).
 
         A model name (`"demo"`, `"tiny"`) is resolved by the caller: `Engine.load(resolve_model("demo"))`
-        with :func:`wam_diff2_ros.demo.resolve_model`.
+        with :func:`wam_diff2_ros.demo.resolve_model`. `preprocess`: `host` (resize and patch cut with PIL on the
+        CPU) or `device` (the frame moved first, both on the model's device; the same bits), see
+        :mod:`~wam_diff2_ros.core.device_preprocess`.
         """
         info = inspect_checkpoint(checkpoint)
         torch_device = resolve_device(device)
@@ -101,7 +117,7 @@ class Engine:
             LOG.info("%s on CPU is usually slower than float32 (no native bf16/fp16 units)", torch_dtype)
         processor = load_processor(info, min_pixels=min_pixels, max_pixels=max_pixels)
         model = load_model(info, torch_device, torch_dtype)
-        return cls(model, processor, info, torch_device)
+        return cls(model, processor, info, torch_device, preprocess=preprocess)
 
     @property
     def dtype(self) -> torch.dtype:
@@ -174,7 +190,7 @@ class Engine:
                     config,
                     synchronize=self._sync,
                     cancel=self._cancel.is_set,
-                    observe=observe,
+                    observe=observe or self.phase_observer,
                     started_ns=started_ns,
                     clock=clock,
                     expected_blocks=self._answer_blocks.get(config.num_blocks),

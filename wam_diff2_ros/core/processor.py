@@ -335,6 +335,8 @@ class WamDiff2Processor:
         self.image_config = image_config
         self.min_pixels = int(min_pixels)
         self.max_pixels = int(max_pixels)
+        # None: images are resized and cut on the host (PIL); a device: there (`device_preprocess`, same bits)
+        self.images_on: torch.device | None = None
         if self.min_pixels <= 0 or self.max_pixels < self.min_pixels:
             raise ValueError(f"need 0 < min_pixels <= max_pixels, got {self.min_pixels}, {self.max_pixels}")
 
@@ -376,7 +378,7 @@ class WamDiff2Processor:
                 raise ValueError(
                     f"chat template produced {text.count(IMAGE_PAD_TOKEN)} image placeholders for {len(images)} images"
                 )
-            processed = [preprocess_image(img, self.image_config, self.min_pixels, self.max_pixels) for img in images]
+            processed = [self._preprocess(img) for img in images]
             pieces = text.split(IMAGE_PAD_TOKEN)
             expanded = pieces[0]
             for item, piece in zip(processed, pieces[1:], strict=True):
@@ -395,6 +397,14 @@ class WamDiff2Processor:
             num_image_tokens=token_counts,
             image_config=self.image_config,
         )
+
+    def _preprocess(self, image: Any) -> ProcessedImage:
+        """One image on the host path, or on `images_on` (`device_preprocess.preprocess_image_on_device`)."""
+        if self.images_on is None:
+            return preprocess_image(image, self.image_config, self.min_pixels, self.max_pixels)
+        from .device_preprocess import preprocess_image_on_device
+
+        return preprocess_image_on_device(image, self.image_config, self.min_pixels, self.max_pixels, self.images_on)
 
     def _tokenize(self, texts: list[str], padding_side: str) -> tuple[torch.Tensor, torch.Tensor]:
         rows = [self.tokenizer(text)["input_ids"] for text in texts]

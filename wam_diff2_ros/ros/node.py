@@ -81,6 +81,7 @@ def load_engine(config: NodeConfig) -> EngineLike:
         dtype=config.dtype,
         min_pixels=config.min_pixels,
         max_pixels=config.max_pixels,
+        preprocess=config.preprocess,
     )
 
 

@@ -43,6 +43,7 @@ class NodeConfig:
     dtype: str
     min_pixels: int
     max_pixels: int
+    preprocess: str
     unload_on_deactivate: bool
     warmup: bool
     warmup_image_size: tuple[int, int]

@@ -14,6 +14,7 @@ from typing import Any
 
 from wam_diff2_ros.core.acceleration import ACCELERATION_SOURCES, AccelerationFilterConfig
 from wam_diff2_ros.core.decoding import ENGINES, REMASKING_STRATEGIES, DecodeConfig, DecodeConfigError
+from wam_diff2_ros.core.device_preprocess import PREPROCESS_MODES
 from wam_diff2_ros.core.kinematics import DEFAULT_KINEMATIC_LIMITS, KinematicLimits
 from wam_diff2_ros.core.observation import SyncConfig
 from wam_diff2_ros.core.planning import PlanningConfig
@@ -307,6 +308,7 @@ class _Reader:
         dtype = self.text("model.dtype", DTYPES)
         before = len(self.errors)
         min_pixels = self.integer("model.min_pixels", 1)
+        preprocess = self.text("model.preprocess", PREPROCESS_MODES)
         max_pixels = self.integer("model.max_pixels", 1)
         if max_pixels < min_pixels:
             self.fail_section("model.max_pixels", f"{max_pixels} is smaller than model.min_pixels {min_pixels}", before)
@@ -417,6 +419,7 @@ class _Reader:
             dtype=dtype,
             min_pixels=min_pixels,
             max_pixels=max_pixels,
+            preprocess=preprocess,
             unload_on_deactivate=self.boolean("model.unload_on_deactivate"),
             warmup=self.boolean("model.warmup"),
             warmup_image_size=(int(warmup_size[0]), int(warmup_size[1])),

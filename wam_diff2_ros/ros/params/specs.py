@@ -10,6 +10,7 @@ from typing import Any
 
 from wam_diff2_ros.core.acceleration import AccelerationFilterConfig
 from wam_diff2_ros.core.decoding import ENGINES, REMASKING_STRATEGIES, DecodeConfig
+from wam_diff2_ros.core.device_preprocess import DEFAULT_PREPROCESS, PREPROCESS_MODES
 from wam_diff2_ros.core.kinematics import DEFAULT_KINEMATIC_LIMITS
 from wam_diff2_ros.core.observation import SyncConfig
 from wam_diff2_ros.core.planning import PlanningConfig
@@ -87,6 +88,13 @@ PARAMETER_SPECS: tuple[ParameterSpec, ...] = (
     ParameterSpec("model.dtype", "bfloat16", "weight dtype: bfloat16|float16|float32 (float32 on CPU)"),
     ParameterSpec("model.min_pixels", DEFAULT_MIN_PIXELS, "smallest image area after the processor's resize"),
     ParameterSpec("model.max_pixels", DEFAULT_MAX_PIXELS, "largest image area after the processor's resize"),
+    ParameterSpec(
+        "model.preprocess",
+        DEFAULT_PREPROCESS,
+        "|".join(PREPROCESS_MODES) + ": where images are resized and cut into patches (host: PIL on the CPU; "
+        "device: the uint8 frame is moved first, resized and cut by torch on model.device, with the host's pixel "
+        "values)",
+    ),
     ParameterSpec("model.unload_on_deactivate", False, "deactivate also unloads the model (activate reloads it)"),
     ParameterSpec(
         "model.warmup",
