@@ -84,6 +84,11 @@ def test_planned_trajectory_fields(interfaces) -> None:
         "ego_acceleration": "geometry_msgs/Vector3",
         "timing": "wam_diff2_ros/InferenceTiming",
         "denoising_steps_per_block": "sequence<uint16>",
+        "waypoint_confidence": "sequence<float>",
+        "confidence": "float",
+        "deadline_ms": "float",
+        "deadline_met": "boolean",
+        "early_tokens": "uint16",
         "model": "string",
     }
     assert wmsg.TrajectoryPoint.get_fields_and_field_types() == {
