@@ -43,7 +43,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 from core_helpers import patient
+
+# Triton's kernels run under its CPU interpreter where there is no GPU; the switch is read when a kernel is
+# decorated, so it must be set before any test module imports one (test_triton_kernels.py is not the first).
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 FASTDDS_PROFILE = REPO_ROOT / "config" / "fastdds_profile.xml"

@@ -98,7 +98,15 @@ def test_one_bag_gives_the_same_predictions_as_the_replay(tmp_path: Path) -> Non
     assert fleet_main([*argv, "--no-progress"]) == EXIT_OK
     single, bag_dir = tmp_path / "replay", tmp_path / "fleet" / "bags" / "drive"
     assert predictions(bag_dir) and predictions(bag_dir) == predictions(single)
-    for name in ("out/metadata.yaml", "metrics.json", "summary.txt", "plots/bev.png", "fleet.json", "odometry.json"):
+    for name in (
+        "out/metadata.yaml",
+        "metrics.json",
+        "summary.txt",
+        "report.html",
+        "plots/bev.png",
+        "fleet.json",
+        "odometry.json",
+    ):
         assert (bag_dir / name).is_file(), name
     assert str(bag_dir) in (bag_dir / "summary.txt").read_text()  # names its files where they are now
     report = json.loads((tmp_path / "fleet" / "fleet_report.json").read_text())
@@ -133,7 +141,7 @@ def test_fleet_run_rerun_and_killed_workers(drives: Path, tmp_path: Path, monkey
     assert report["pooled"]["plans"] > 0 and bags["no_odom"]["blocked"] == bags["no_odom"]["planning_instants"] > 0
     assert report["failures"] == [{"name": "missing_bag", "reason": by_name["missing_bag"].reason}]
     assert report["pooled"]["by_speed"]["6-10 m/s"]["plans"] == report["pooled"]["plans"]
-    assert "| [long](bags/long/summary.txt)" in (tmp_path / "clean" / "fleet_report.md").read_text()
+    assert "| [long](bags/long/report.html)" in (tmp_path / "clean" / "fleet_report.md").read_text()  # its page
     summary = json.loads((tmp_path / "clean" / "fleet_summary.json").read_text())
     assert summary["replayed"] == 4 and summary["failed"] == 1 and summary["workers"] == 2
 
