@@ -248,11 +248,9 @@ class FastRunner:
 def triton_kernels_available(device: torch.device) -> bool:
     """Whether the engines use the Triton kernels on `device`: CUDA with Triton (not interpreted); on the CPU
     only under the interpreter when `triton_kernels.ENGINES_ON_INTERPRETER` is set (tests of the wiring)."""
-    if not triton_kernels.available():
-        return False
     if triton_kernels.interpreted():
-        return triton_kernels.ENGINES_ON_INTERPRETER
-    return device.type == "cuda"
+        return triton_kernels.ENGINES_ON_INTERPRETER and triton_kernels.available()
+    return device.type == "cuda" and triton_kernels.available()  # no Triton import for a CPU engine
 
 
 class CudaGraphSteps:
