@@ -83,7 +83,7 @@ def test_defaults_validate() -> None:
     assert config.decode.seed is None and config.system is None
     assert config.qos["image"].reliability == "best_effort" and config.qos["command"].reliability == "reliable"
     assert config.debug_camera_pose is None
-    assert config.vqa_cameras == (0,)
+    assert config.vqa_cameras == (0,) and config.planning_cameras == (0,)
 
 
 def test_every_problem_is_reported_at_once() -> None:
@@ -142,6 +142,29 @@ def test_cameras_and_templates() -> None:
         NodeConfig.from_parameters({**two, "cameras.names": ["front", "front"], "prompt.template": template})
     with pytest.raises(ParameterError, match="unknown fields"):
         NodeConfig.from_parameters({"model.path": str(REPO_ROOT), "prompt.template": "<image> {speed} {command}"})
+
+
+def test_planning_cameras_choose_the_prompt_images() -> None:
+    surround = {"model.path": str(REPO_ROOT), "cameras.names": ["front", "left", "right"]}
+    config = NodeConfig.from_parameters({**surround, "planning.cameras": ["front"]})  # navsim: one <image>
+    assert config.planning_cameras == (0,) and config.vqa_cameras == (0, 1, 2)
+    assert NodeConfig.from_parameters({"model.path": str(REPO_ROOT)}).planning_cameras == (0,)
+    two_images = "Front <image> right <image> {command} ({vx},{vy}) ({ax},{ay})"
+    config = NodeConfig.from_parameters(
+        {**surround, "planning.cameras": ["front", "right"], "prompt.template": two_images}
+    )
+    assert config.planning_cameras == (0, 2)
+    for cameras, problem in (
+        (["left", "front"], "planning.cameras: must start with the front camera 'front'"),
+        (["front", "rear"], "planning.cameras: unknown camera 'rear'"),
+        (["front", "front"], "planning.cameras: names a camera twice"),
+    ):
+        with pytest.raises(ParameterError, match=problem):
+            NodeConfig.from_parameters({**surround, "planning.cameras": cameras})
+    with pytest.raises(
+        ParameterError, match=r"1 <image> placeholder.*2 camera\(s\) go in the planning prompt \(front, left\)"
+    ):
+        NodeConfig.from_parameters({**surround, "planning.cameras": ["front", "left"]})
 
 
 def test_types_are_coerced_or_refused() -> None:

@@ -161,6 +161,24 @@ def test_detection_and_vqa_cycles() -> None:
     assert stale.message is None and "old" in stale.problems[0].reason
 
 
+def test_a_surround_rig_plans_on_its_planning_cameras_only() -> None:
+    clock = Clock(T0 + 120 * NS_PER_MS)
+    surround = config(**{"planning.cameras": ["front"], "prompt.template": "navsim"})
+    runtime = PlannerRuntime(surround, ScriptedEngine(), clock)
+    for k in range(51):  # odometry, a command and the front camera only: the left camera is silent
+        stamp = T0 - (50 - k) * 20 * NS_PER_MS
+        runtime.on_odometry(odometry(stamp, 6.0), stamp)
+    runtime.on_command(String(data="left"), T0)
+    runtime.on_image(0, rgb_image_msg(IMAGE, ns_to_stamp(T0)), T0)
+    cycle = runtime.plan(clock.now)
+    assert cycle.problems == () and cycle.result is not None and cycle.result.valid
+    call = runtime.pipeline.engine.calls[-1]
+    assert len(call["images"]) == 1 and call["prompt"].count("<image>") == 1
+    # the question still goes with every VQA camera: without the left camera's image it says so
+    answer = runtime.answer("what do you see?", T0 + 10 * NS_PER_MS)
+    assert [p.input for p in answer.problems] == ["image_1 (left)"]
+
+
 def test_same_inputs_give_byte_identical_outputs() -> None:
     """Two runtimes fed the same messages at the same times (a replay) produce the same messages."""
 

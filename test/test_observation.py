@@ -231,6 +231,20 @@ def test_camera_skew_is_checked_on_the_nearest_frame() -> None:
     assert problem_inputs(_two_camera_buffer([], 30).assemble(T0)) == ["image_1 (left)"]
 
 
+def test_assembly_holds_only_the_chosen_cameras_and_never_waits_for_the_others() -> None:
+    buffer = _two_camera_buffer([], max_skew_ms=30)  # the left camera never sent a frame
+    assert problem_inputs(buffer.assemble(T0)) == ["image_1 (left)"]
+    observation = buffer.assemble(T0, cameras=[0]).observation
+    assert observation is not None and [f.camera for f in observation.frames] == ["front"]
+
+    three = ready_buffer(cameras=("front", "left", "right"))
+    observation = three.assemble(T0 + ms(80), cameras=[0, 2, 1]).observation
+    assert observation is not None and [f.camera for f in observation.frames] == ["front", "right", "left"]
+    for bad in ([1, 0], [0, 0], []):
+        with pytest.raises(ValueError, match="starting with the front camera 0"):
+            three.assemble(T0, cameras=bad)
+
+
 def test_stale_or_missing_odometry_blocks_planning() -> None:
     buffer = ObservationBuffer(["front"], SyncConfig(max_age_ms=100))
     buffer.add_image(0, frame(T0))

@@ -301,16 +301,23 @@ class ObservationBuffer:
                 problems.append(InputProblem(name, f"image dropped: {exc}"))
         return frames, problems
 
-    def assemble(self, now_ns: int, after_stamp_ns: int | None = None) -> AssemblyResult:
+    def assemble(
+        self, now_ns: int, after_stamp_ns: int | None = None, cameras: Sequence[int] | None = None
+    ) -> AssemblyResult:
         """One observation at ``now_ns`` (see the module docstring), or the problems preventing it.
 
         With ``after_stamp_ns`` (the stamp of the last planned front frame) a front frame that is not newer
         gives an ``idle`` result without problems, as long as it is still fresh; one older by more than the
-        history (a bag loop, a simulation reset) counts as new.
+        history (a bag loop, a simulation reset) counts as new. ``cameras`` (indices, the front camera 0 first;
+        default all) are the cameras whose frames the observation holds, in that order; the others are not
+        waited for.
         """
+        indices = list(range(len(self._images))) if cameras is None else list(cameras)
+        if not indices or indices[0] != 0 or len(set(indices)) != len(indices):
+            raise ValueError(f"cameras must be distinct indices starting with the front camera 0, got {indices}")
         with self._lock:
             front = self._images[0][-1] if self._images[0] else None
-            others = [list(frames) for frames in self._images[1:]]
+            others = [(index, list(self._images[index])) for index in indices[1:]]
             odometry = list(self._odometry)
             accelerations = list(self._acceleration)
             command_sample = self._command
@@ -326,8 +333,7 @@ class ObservationBuffer:
 
         # Other cameras: the stored frame nearest to the front stamp.
         chosen: list[tuple[int, ImageSample]] = [(0, front)]
-        for offset, frames in enumerate(others):
-            index = offset + 1
+        for index, frames in others:
             name = self.input_name(index)
             if not frames:
                 problems.append(InputProblem(name, "no image received"))

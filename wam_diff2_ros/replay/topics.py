@@ -195,8 +195,9 @@ def select_topics(topics: Mapping[str, Any], request: TopicRequest, num_cameras:
     if len(image_topics) != num_cameras:
         raise ReplayUsageError(
             f"{len(image_topics)} image topic(s) {image_topics} but the parameters configure {num_cameras} "
-            f"camera(s) (cameras.names); for several cameras set cameras.names and a prompt.template with one "
-            "<image> per camera (--set or --params), and give one --image-topic per camera in that order"
+            f"camera(s) (cameras.names); for several cameras set cameras.names (and planning.cameras, or a "
+            "prompt.template with one <image> per planning camera) with --set or --params, and give one "
+            "--image-topic per camera in cameras.names order"
         )
     images = [(t, "compressed" if topics[t].msgtype == COMPRESSED_TYPE else "raw") for t in image_topics]
 

@@ -66,13 +66,13 @@ class ModelSlot:
         self._logger.info(f"fast engine's CPU kernels ({isa}): {kernel_loads().get(isa, '?')}")
 
     def _warmup(self, engine: EngineLike, config: NodeConfig) -> None:
-        """One plan as the node asks for it (template, cameras, decoding budget) on gray frames of
+        """One plan as the node asks for it (template, planning cameras, decoding budget) on gray frames of
         ``model.warmup_image_size``: the real plans then find lazy state initialised and, with the fast engine
         on CUDA, the step graphs of their batch, block and cache bucket captured."""
         import numpy as np
 
         width, height = config.warmup_image_size
-        frames = [np.full((height, width, 3), 128, dtype=np.uint8) for _ in config.cameras]
+        frames = [np.full((height, width, 3), 128, dtype=np.uint8) for _ in config.planning_cameras]
         started = time.perf_counter()
         try:
             prompt = build_planning_prompt(

@@ -254,7 +254,9 @@ class PlannerRuntime:
 
     def plan(self, now_ns: int, debug_image: bool | None = None) -> PlanCycle:
         """Assemble an observation at ``now_ns`` and plan on it (engine errors propagate)."""
-        assembled = self.buffer.assemble(now_ns, after_stamp_ns=self.last_planned_stamp_ns)
+        assembled = self.buffer.assemble(
+            now_ns, after_stamp_ns=self.last_planned_stamp_ns, cameras=self.config.planning_cameras
+        )
         if assembled.observation is None:
             return PlanCycle(problems=assembled.problems, idle=assembled.idle)
         observation = assembled.observation

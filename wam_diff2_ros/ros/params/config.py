@@ -51,6 +51,7 @@ class NodeConfig:
     template: str
     system: str | None
     cameras: tuple[CameraConfig, ...]
+    planning_cameras: tuple[int, ...]  # indices into cameras: the planning prompt's images, front camera first
     fallback_hfov_deg: float
     rate_hz: float
     frame_id: str

@@ -18,14 +18,11 @@ from wam_diff2_ros.core.device_preprocess import PREPROCESS_MODES
 from wam_diff2_ros.core.kinematics import DEFAULT_KINEMATIC_LIMITS, KinematicLimits
 from wam_diff2_ros.core.observation import SyncConfig
 from wam_diff2_ros.core.planning import PlanningConfig
-from wam_diff2_ros.core.prompts import (
-    IMAGE_PLACEHOLDER,
-    parse_navigation_command,
-    resolve_planning_template,
-)
+from wam_diff2_ros.core.prompts import parse_navigation_command
 from wam_diff2_ros.demo.resolve import is_model_name
 
-from .config import CameraConfig, NodeConfig, QosSettings
+from .cameras import camera_index, camera_list, planning_cameras, planning_template, read_cameras
+from .config import NodeConfig, QosSettings
 from .specs import (
     DEFAULT_NODE_NAME,
     DEVICES_HINT,
@@ -36,7 +33,6 @@ from .specs import (
     QOS_INPUTS,
     RELIABILITIES,
     SPEC_BY_NAME,
-    TRANSPORTS,
     ParameterError,
 )
 
@@ -230,45 +226,6 @@ class _Reader:
             self.fail_section("decoding", str(exc), before)
             return DecodeConfig()
 
-    def _cameras(self) -> tuple[CameraConfig, ...]:
-        names = [n.strip() for n in self.strings("cameras.names")]
-        if not names:
-            self.fail("cameras.names", "at least one camera is needed")
-            return (CameraConfig("front", "raw", "front_optical"),)
-        for name in names:
-            if not name or not all(c.isalnum() or c == "_" for c in name):
-                self.fail("cameras.names", f"camera name {name!r} must be non-empty letters, digits or _")
-        if len(set(names)) != len(names):
-            self.fail("cameras.names", f"camera names must be unique, got {names}")
-        transports = self.strings("cameras.transports") or ["raw"]
-        if len(transports) == 1:
-            transports = transports * len(names)
-        if len(transports) != len(names):
-            self.fail("cameras.transports", f"needs 1 or {len(names)} entries, got {len(transports)}")
-            transports = ["raw"] * len(names)
-        for transport in transports:
-            if transport not in TRANSPORTS:
-                self.fail("cameras.transports", f"entries must be raw or compressed, got {transport!r}")
-        frame_ids = self.strings("cameras.frame_ids") or [""]
-        if len(frame_ids) == 1 and len(names) > 1 and frame_ids[0] == "":
-            frame_ids = frame_ids * len(names)
-        if len(frame_ids) != len(names):
-            self.fail("cameras.frame_ids", f"needs {len(names)} entries (or ['']), got {len(frame_ids)}")
-            frame_ids = [""] * len(names)
-        return tuple(
-            CameraConfig(name, transport, frame_id or f"{name}_optical")
-            for name, transport, frame_id in zip(names, transports, frame_ids, strict=True)
-        )
-
-    def _camera_index(self, name: str, cameras: Sequence[CameraConfig], value: str) -> int:
-        if value == "":
-            return 0
-        for index, camera in enumerate(cameras):
-            if camera.name == value:
-                return index
-        self.fail(name, f"unknown camera {value!r}; cameras.names is {[c.name for c in cameras]}")
-        return 0
-
     def _qos(self) -> dict[str, QosSettings]:
         return {
             name: QosSettings(
@@ -278,22 +235,6 @@ class _Reader:
             )
             for name in QOS_INPUTS
         }
-
-    def _template(self, cameras: Sequence[CameraConfig]) -> str:
-        template = self.text("prompt.template")
-        try:
-            text = resolve_planning_template(template)
-        except ValueError as exc:
-            self.fail("prompt.template", str(exc))
-            return "navsim"
-        count = text.count(IMAGE_PLACEHOLDER)
-        if count != len(cameras):
-            self.fail(
-                "prompt.template",
-                f"has {count} {IMAGE_PLACEHOLDER} placeholder(s) but {len(cameras)} camera(s) are configured; "
-                f"write a custom template with one {IMAGE_PLACEHOLDER} per camera, in cameras.names order",
-            )
-        return template
 
     def build(self, cls: type[NodeConfig], require_model: bool) -> NodeConfig:
         model_path = self.text("model.path").strip()
@@ -317,8 +258,9 @@ class _Reader:
             self.fail("model.warmup_image_size", f"needs [width, height] in whole pixels >= 1, got {warmup_size}")
             warmup_size = [float(v) for v in SPEC_BY_NAME["model.warmup_image_size"].default]
         decode = self._decode()
-        cameras = self._cameras()
-        template = self._template(cameras)
+        cameras = read_cameras(self)
+        plan_cameras = planning_cameras(self, cameras)
+        template = planning_template(self, cameras, plan_cameras)
         system_text = self.text("prompt.system")
         rate_hz = self.number("planning.rate_hz", minimum=0.0)
         frame_id = self.text("planning.frame_id").strip()
@@ -396,11 +338,8 @@ class _Reader:
             self.fail_section("planning/detection", str(exc), before)
 
         detection_rate_hz = self.number("detection.rate_hz", minimum=0.0)
-        detection_camera = self._camera_index("detection.camera", cameras, self.text("detection.camera").strip())
-        vqa_names = [n.strip() for n in self.strings("vqa.cameras") if n.strip()]
-        vqa_cameras = tuple(self._camera_index("vqa.cameras", cameras, n) for n in vqa_names) or tuple(
-            range(len(cameras))
-        )
+        detection_camera = camera_index(self, "detection.camera", cameras, self.text("detection.camera").strip())
+        vqa_cameras = camera_list(self, "vqa.cameras", cameras)
         lifetime = self.number("markers.lifetime_s", minimum=0.0)
         plan_lifetime = lifetime or (1.0 / rate_hz if rate_hz > 0 else 1.0)
         detection_lifetime = lifetime or (1.0 / detection_rate_hz if detection_rate_hz > 0 else 1.0)
@@ -427,6 +366,7 @@ class _Reader:
             template=template,
             system=system_text or None,
             cameras=cameras,
+            planning_cameras=plan_cameras,
             fallback_hfov_deg=self.number(
                 "cameras.fallback_hfov_deg", positive=True, maximum=180.0, exclusive_maximum=True
             ),

@@ -141,14 +141,17 @@ PARAMETER_SPECS: tuple[ParameterSpec, ...] = (
         "prompt.template", _PLANNING.template, f"planning template: {'|'.join(PLANNING_TEMPLATES)} or custom text"
     ),
     ParameterSpec("prompt.system", "", "system turn text; empty = no system turn (as trained)"),
-    ParameterSpec(
-        "cameras.names", ["front"], "camera names; the first is the front camera; prompt image order = list order"
-    ),
+    ParameterSpec("cameras.names", ["front"], "camera names (topics ~/input/image_<n>); the first is the front camera"),
     ParameterSpec("cameras.transports", ["raw"], "per camera raw|compressed (one entry applies to all)"),
     ParameterSpec(
         "cameras.frame_ids", [""], "per camera optical frame used when header.frame_id is empty ('' = <name>_optical)"
     ),
     ParameterSpec("cameras.fallback_hfov_deg", 70.0, "horizontal FOV of the pinhole used without CameraInfo"),
+    ParameterSpec(
+        "planning.cameras",
+        [""],
+        "cameras whose images go in the planning prompt, in prompt order, the front camera first; [''] = all",
+    ),
     ParameterSpec("planning.rate_hz", 2.0, "planning rate on the node clock; 0 = on each new front image"),
     ParameterSpec(
         "planning.frame_id",
