@@ -87,6 +87,7 @@ def test_predicts_every_sample_and_records_the_failure(eval_dir, monkeypatch):
     assert by_id["s0"]["question"] == PLANNING
     assert by_id["s0"]["parsed"]["task"] == "planning" and by_id["s0"]["parsed"]["valid"] is False
     assert by_id["s0"]["parsed"]["reason"]
+    assert by_id["s0"]["parsed"]["waypoint_confidence"] == [] and by_id["s0"]["parsed"]["confidence"] is None
     assert by_id["text"]["parsed"] == {"task": "vqa", "answer": by_id["text"]["parsed"]["answer"]}
     assert not [p for p in (eval_dir / "out").iterdir() if p.name != "pred.json"]  # no temp files left
 
@@ -196,3 +197,33 @@ def test_flags_stay_the_references_and_defaults_come_from_the_core():
     assert (args.min_pixels, args.max_pixels) == (DEFAULT_MIN_PIXELS, DEFAULT_MAX_PIXELS)
     choices = next(a.choices for a in parser._actions if "--remasking_strategy" in a.option_strings)
     assert tuple(choices) == REMASKING_STRATEGIES
+
+
+def test_plans_carry_their_confidence(tmp_path):
+    from wam_diff2_ros.demo.expand import demo_checkpoint
+    from wam_diff2_ros.sim.render import render_frames
+
+    frames = render_frames(seed=0, width=480, height=270, stamps_s=(1.0, 2.0, 3.0))
+    samples = []
+    for i, frame in enumerate(frames):
+        Image.fromarray(frame).save(tmp_path / f"{i}.png")
+        prompt = PLANNING.replace(": right", ": straight").replace("(4.66,-0.09)", "(6.00,0.00)")
+        prompt = prompt.replace("(0.17,-1.53)", "(0.00,0.00)")
+        samples.append({"id": i, "image": [f"{i}.png"], "conversations": [{"from": "human", "value": prompt}]})
+    (tmp_path / "eval.json").write_text(json.dumps(samples))
+    output = tmp_path / "pred.json"
+    code = infer.main(
+        ["--model_id", str(demo_checkpoint()), "--input_file", str(tmp_path / "eval.json"),
+         "--output_file", str(output), "--device", "cpu", "--dtype", "float32", "--no_progress"]
+    )  # fmt: skip
+    records = json.loads(output.read_text())
+    assert code == 0 and len(records) == 3
+    for record in records:
+        assert len(record["token_confidence"]) == len(record["token_ids"])
+        assert all(0.0 < p <= 1.0 for p in record["token_confidence"])
+    plans = [r["parsed"] for r in records if r["parsed"]["valid"]]
+    assert plans, [r["prediction"] for r in records]
+    for plan in plans:
+        assert len(plan["waypoint_confidence"]) == len(plan["waypoints"]) == 8
+        assert all(0.0 < c <= 1.0 for c in plan["waypoint_confidence"])
+        assert plan["confidence"] == min(plan["waypoint_confidence"])

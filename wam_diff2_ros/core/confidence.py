@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from typing import Any
 
 AGGREGATES: dict[str, Callable[[Sequence[float]], float]] = {
     "min": lambda values: min(values),
@@ -63,6 +64,20 @@ def waypoint_token_probabilities(
         ]
         result.append(tuple(chosen))
     return tuple(result)
+
+
+def generation_waypoint_probabilities(generation: Any, parsed: Any) -> tuple[tuple[float, ...], ...]:
+    """Per waypoint of a valid parse (``core.parsing``) the winning probabilities of its numbers' tokens in
+    ``generation`` (an engine's result); () when the generation has no per-token probabilities or its tokens
+    cannot be mapped to characters."""
+    probabilities = getattr(generation, "token_confidence", None)
+    spans_of = getattr(generation, "token_spans", None)
+    if not parsed.valid or not probabilities or not callable(spans_of):
+        return ()
+    spans = spans_of()
+    if spans is None or len(spans) != len(probabilities):
+        return ()
+    return waypoint_token_probabilities(parsed.waypoint_spans(), spans, probabilities)
 
 
 def waypoint_confidence(token_probabilities: Sequence[Sequence[float]], aggregate: str = WAYPOINT_AGGREGATE):

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from .camera import CameraFrame, CameraIntrinsics
-from .confidence import plan_confidence, waypoint_confidence, waypoint_token_probabilities
+from .confidence import generation_waypoint_probabilities, plan_confidence, waypoint_confidence
 from .decoding import DecodeConfig
 from .observation import Observation
 from .parsing import (
@@ -204,19 +204,6 @@ def _generate(
     return generation, time.perf_counter() - started
 
 
-def _waypoint_token_probabilities(generation: Any, parsed: Any) -> tuple[tuple[float, ...], ...]:
-    """Per waypoint of a valid parse the winning probabilities of its numbers' tokens; () when the generation
-    has no per-token probabilities or its tokens cannot be mapped to characters."""
-    probabilities = getattr(generation, "token_confidence", None)
-    spans_of = getattr(generation, "token_spans", None)
-    if not parsed.valid or not probabilities or not callable(spans_of):
-        return ()
-    spans = spans_of()
-    if spans is None or len(spans) != len(probabilities):
-        return ()
-    return waypoint_token_probabilities(parsed.waypoint_spans(), spans, probabilities)
-
-
 class InferencePipeline:
     """Observation → prompt → engine → parsed result, for planning, detection and VQA."""
 
@@ -265,7 +252,7 @@ class InferencePipeline:
         reason = parsed.reason
         if not parsed.valid and not getattr(generation, "finished", True):
             reason += f" (no end token within {self.config.decode.max_new_tokens} new tokens)"
-        probabilities = _waypoint_token_probabilities(generation, parsed)
+        probabilities = generation_waypoint_probabilities(generation, parsed)
         waypoint_conf = waypoint_confidence(probabilities) if probabilities else ()
         deadline_met = bool(getattr(generation, "deadline_met", True))
         if started_ns is not None:

@@ -176,10 +176,11 @@ def decode_ready(engine: Any, ready: list, decode: Any, options: BatchOptions) -
         record = base_record(sample, index)
         task = task_of(record["question"])
         record["prediction"] = generation.text
-        record["parsed"] = parse_prediction(task, generation.text, images)
+        record["parsed"] = parse_prediction(task, generation.text, images, generation)
         record["timing"] = {k: round(v, 6) for k, v in generation.timing.seconds().items()}
         record["steps_per_block"] = generation.steps_per_block
         record["token_ids"] = generation.token_ids
+        record["token_confidence"] = [round(float(p), 6) for p in generation.token_confidence]
         record["finished"] = generation.finished
         results[index] = record
     return results

@@ -125,18 +125,25 @@ def task_of(question: str) -> str:
     return "vqa"
 
 
-def parse_prediction(task: str, text: str, images: Sequence[Any]) -> dict[str, Any]:
-    """Structured reading of a prediction (waypoints, detections or a clean answer)."""
+def parse_prediction(task: str, text: str, images: Sequence[Any], generation: Any = None) -> dict[str, Any]:
+    """Structured reading of a prediction (waypoints, detections or a clean answer). A plan read from an engine's
+    ``generation`` also carries its confidence per waypoint and overall (core/confidence.py; [] and null when
+    the generation has no per-token probabilities)."""
+    from wam_diff2_ros.core.confidence import generation_waypoint_probabilities, plan_confidence, waypoint_confidence
     from wam_diff2_ros.core.parsing import clean_answer, parse_detections, parse_waypoints
 
     if task == "planning":
         plan = parse_waypoints(text)
+        probabilities = generation_waypoint_probabilities(generation, plan) if generation is not None else ()
+        confidences = waypoint_confidence(probabilities) if probabilities else ()
         return {
             "task": task,
             "valid": plan.valid,
             "reason": plan.reason,
             "waypoints": [[w.x, w.y] for w in plan.waypoints],
             "yaw": [w.yaw for w in plan.waypoints],
+            "waypoint_confidence": [round(c, 6) for c in confidences],
+            "confidence": round(plan_confidence(confidences), 6) if confidences else None,
         }
     if task == "detection" and images:
         width, height = images[0].size
