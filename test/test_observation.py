@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from wam_diff2_ros.core.acceleration import AccelerationFilterConfig, derive_acceleration
-from wam_diff2_ros.core.camera import CameraIntrinsics
+from wam_diff2_ros.core.camera import OPTICAL_IN_BODY, CameraIntrinsics, optical_rotation, rotation_matrix
 from wam_diff2_ros.core.observation import ObservationBuffer, SyncConfig
 from wam_diff2_ros.core.prompts import NavigationCommand
 from wam_diff2_ros.core.samples import (
@@ -61,6 +61,25 @@ def problem_inputs(result) -> list[str]:
 
 
 # --- intrinsics ---------------------------------------------------------------------------------------
+
+
+def test_a_cameras_optical_frame_in_base_link() -> None:
+    def matrix(q) -> np.ndarray:
+        x, y, z, w = q
+        return np.array([
+            [1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w)],
+            [2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w)],
+            [2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y)],
+        ])  # fmt: skip
+
+    level = matrix(optical_rotation(0.0, 0.0, 0.0))
+    np.testing.assert_allclose(level @ [0, 0, 1], [1, 0, 0], atol=1e-12)  # optical z (forward) = base x
+    np.testing.assert_allclose(level @ [1, 0, 0], [0, -1, 0], atol=1e-12)  # optical x (right) = base -y
+    np.testing.assert_allclose(matrix(optical_rotation(0.0, 0.0, math.pi / 2)) @ [0, 0, 1], [0, 1, 0], atol=1e-12)
+    np.testing.assert_allclose(matrix(optical_rotation(0.0, 0.1, 0.0)) @ [0, 0, 1], [math.cos(0.1), 0, -math.sin(0.1)])
+    for roll, pitch, yaw in np.random.default_rng(0).uniform(-3, 3, size=(20, 3)):
+        expected = rotation_matrix(roll, pitch, yaw) @ OPTICAL_IN_BODY
+        np.testing.assert_allclose(matrix(optical_rotation(roll, pitch, yaw)), expected, atol=1e-12)
 
 
 def test_fallback_pinhole_follows_the_field_of_view() -> None:

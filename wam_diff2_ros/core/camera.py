@@ -1,5 +1,5 @@
-"""Camera geometry: pinhole intrinsics (from CameraInfo or the documented fallback) and the decoded frame
-an observation carries."""
+"""Camera geometry: pinhole intrinsics (from CameraInfo or the documented fallback), the decoded frame an
+observation carries, and a camera's mounting (body pose in base_link → rotation, optical frame)."""
 
 from __future__ import annotations
 
@@ -81,3 +81,39 @@ class CameraFrame:
     def height(self) -> int:
         """Image height in pixels."""
         return int(self.image.shape[0])
+
+
+#: The optical frame's axes (z forward, x right, y down) as columns in the camera body frame (x forward, y left,
+#: z up, REP 103).
+OPTICAL_IN_BODY = np.array([[0.0, 0.0, 1.0], [-1.0, 0.0, 0.0], [0.0, -1.0, 0.0]])
+
+
+def rotation_matrix(roll: float, pitch: float, yaw: float) -> np.ndarray:
+    """R = Rz(yaw)·Ry(pitch)·Rx(roll) (REP 103 fixed-axis roll, pitch, yaw)."""
+    cr, sr, cp, sp, cy, sy = (
+        math.cos(roll),
+        math.sin(roll),
+        math.cos(pitch),
+        math.sin(pitch),
+        math.cos(yaw),
+        math.sin(yaw),
+    )
+    rz = np.array([[cy, -sy, 0.0], [sy, cy, 0.0], [0.0, 0.0, 1.0]])
+    ry = np.array([[cp, 0.0, sp], [0.0, 1.0, 0.0], [-sp, 0.0, cp]])
+    rx = np.array([[1.0, 0.0, 0.0], [0.0, cr, -sr], [0.0, sr, cr]])
+    return rz @ ry @ rx
+
+
+def quaternion_from_matrix(r: np.ndarray) -> tuple[float, float, float, float]:
+    """(x, y, z, w) of a rotation matrix."""
+    w = math.sqrt(max(0.0, 1.0 + r[0, 0] + r[1, 1] + r[2, 2])) / 2.0
+    x = math.copysign(math.sqrt(max(0.0, 1.0 + r[0, 0] - r[1, 1] - r[2, 2])) / 2.0, r[2, 1] - r[1, 2])
+    y = math.copysign(math.sqrt(max(0.0, 1.0 - r[0, 0] + r[1, 1] - r[2, 2])) / 2.0, r[0, 2] - r[2, 0])
+    z = math.copysign(math.sqrt(max(0.0, 1.0 - r[0, 0] - r[1, 1] + r[2, 2])) / 2.0, r[1, 0] - r[0, 1])
+    return x, y, z, w
+
+
+def optical_rotation(roll: float, pitch: float, yaw: float) -> tuple[float, float, float, float]:
+    """The camera's optical frame in base_link for a body pose with REP 103 roll, pitch, yaw, as a quaternion
+    (x, y, z, w)."""
+    return quaternion_from_matrix(rotation_matrix(roll, pitch, yaw) @ OPTICAL_IN_BODY)

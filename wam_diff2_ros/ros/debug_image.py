@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from wam_diff2_ros.core.camera import CameraIntrinsics
+from wam_diff2_ros.core.camera import CameraIntrinsics, rotation_matrix
 from wam_diff2_ros.core.parsing import Detection
 
 from .outputs import confidence_color, label_color
@@ -34,22 +34,6 @@ def _font(size: int) -> ImageFont.ImageFont | ImageFont.FreeTypeFont:
         return ImageFont.load_default(size=size)
     except TypeError:  # Pillow < 10.1
         return ImageFont.load_default()
-
-
-def rotation_matrix(roll: float, pitch: float, yaw: float) -> np.ndarray:
-    """R = Rz(yaw)·Ry(pitch)·Rx(roll) (REP 103 fixed-axis roll, pitch, yaw)."""
-    cr, sr, cp, sp, cy, sy = (
-        math.cos(roll),
-        math.sin(roll),
-        math.cos(pitch),
-        math.sin(pitch),
-        math.cos(yaw),
-        math.sin(yaw),
-    )
-    rz = np.array([[cy, -sy, 0.0], [sy, cy, 0.0], [0.0, 0.0, 1.0]])
-    ry = np.array([[cp, 0.0, sp], [0.0, 1.0, 0.0], [-sp, 0.0, cp]])
-    rx = np.array([[1.0, 0.0, 0.0], [0.0, cr, -sr], [0.0, sr, cr]])
-    return rz @ ry @ rx
 
 
 def base_to_optical(points: np.ndarray, camera_pose: CameraPose) -> np.ndarray:

@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from wam_diff2_ros.core.camera import optical_rotation
+
 from .scene import STATUS_COLORS, PlanUpdate, ViewFrame, view_frame
 
 BASE_FRAME = "base_link"
@@ -89,35 +91,6 @@ def _color(rgba: tuple[float, float, float, float]) -> Any:
 
     r, g, b, a = rgba
     return Color(r=r, g=g, b=b, a=a)
-
-
-def _quaternion_from_matrix(r: np.ndarray) -> tuple[float, float, float, float]:
-    """(x, y, z, w) of a rotation matrix."""
-    w = math.sqrt(max(0.0, 1.0 + r[0, 0] + r[1, 1] + r[2, 2])) / 2.0
-    x = math.copysign(math.sqrt(max(0.0, 1.0 + r[0, 0] - r[1, 1] - r[2, 2])) / 2.0, r[2, 1] - r[1, 2])
-    y = math.copysign(math.sqrt(max(0.0, 1.0 - r[0, 0] + r[1, 1] - r[2, 2])) / 2.0, r[0, 2] - r[2, 0])
-    z = math.copysign(math.sqrt(max(0.0, 1.0 - r[0, 0] - r[1, 1] + r[2, 2])) / 2.0, r[1, 0] - r[0, 1])
-    return x, y, z, w
-
-
-def optical_rotation(roll: float, pitch: float, yaw: float) -> tuple[float, float, float, float]:
-    """The camera's optical frame (z forward, x right, y down) in base_link for a body pose with REP 103
-    roll, pitch, yaw (R = Rz·Ry·Rx), as a quaternion (x, y, z, w)."""
-    cr, sr, cp, sp, cy, sy = (
-        math.cos(roll),
-        math.sin(roll),
-        math.cos(pitch),
-        math.sin(pitch),
-        math.cos(yaw),
-        math.sin(yaw),
-    )
-    body = (
-        np.array([[cy, -sy, 0.0], [sy, cy, 0.0], [0.0, 0.0, 1.0]])
-        @ np.array([[cp, 0.0, sp], [0.0, 1.0, 0.0], [-sp, 0.0, cp]])
-        @ np.array([[1.0, 0.0, 0.0], [0.0, cr, -sr], [0.0, sr, cr]])
-    )
-    optical_in_body = np.array([[0.0, 0.0, 1.0], [-1.0, 0.0, 0.0], [0.0, -1.0, 0.0]])  # columns: x, y, z optical
-    return _quaternion_from_matrix(body @ optical_in_body)
 
 
 def _lower_priority() -> None:
