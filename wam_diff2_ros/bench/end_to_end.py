@@ -23,6 +23,7 @@ block per step), so random weights do a trained model's work; 0 keeps the config
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import sys
@@ -33,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from wam_diff2_ros.bench.runs import ModelSettings
 from wam_diff2_ros.core.decoding import DecodeConfig
 from wam_diff2_ros.core.device_preprocess import DEFAULT_PREPROCESS
 
@@ -54,17 +56,9 @@ PAPER_TOKENS_PER_S = 673.0  # the reference paper's decode rate (FlashInfer + CU
 
 
 @dataclass(frozen=True)
-class EndToEndSettings:
+class EndToEndSettings(ModelSettings):
     """What the end-to-end benchmark runs (the CLI's flags)."""
 
-    model_id: str = "demo"
-    random_2b: bool = False
-    text_layers: int | None = None
-    vision_layers: int | None = None
-    device: str = "auto"
-    dtype: str = "bfloat16"
-    width: int = 1920
-    height: int = 1080
     engine: str = "auto"
     no_cuda_graphs: bool = False
     preprocess: str = DEFAULT_PREPROCESS
@@ -399,15 +393,9 @@ def settings_from_args(args: argparse.Namespace) -> EndToEndSettings:
     engine = (args.engine or ["auto"])[0]
     if engine == FUSED_ALIAS:
         raise ValueError(f"the end-to-end benchmark runs the node's engines: use 'fused', not {FUSED_ALIAS}")
+    model = {f.name: getattr(args, f.name) for f in dataclasses.fields(ModelSettings)}
     return EndToEndSettings(
-        model_id=args.model_id,
-        random_2b=args.random_2b,
-        text_layers=args.text_layers,
-        vision_layers=args.vision_layers,
-        device=args.device,
-        dtype=args.dtype,
-        width=args.width,
-        height=args.height,
+        **model,
         engine=engine,
         no_cuda_graphs=args.no_cuda_graphs,
         preprocess=args.preprocess,

@@ -25,8 +25,8 @@ ENGINE_CHOICES = ("exact", "fast", "auto", FUSED, FUSED_ALIAS)
 
 
 @dataclass(frozen=True)
-class BenchSettings:
-    """What to measure and how often (the CLI's flags; a decoding field left None takes `DecodeConfig`'s)."""
+class ModelSettings:
+    """The model a benchmark loads and the camera frames it is given (flags shared by every subcommand)."""
 
     model_id: str = "tiny"
     random_2b: bool = False
@@ -36,6 +36,12 @@ class BenchSettings:
     dtype: str = "bfloat16"
     width: int = 1920
     height: int = 1080
+
+
+@dataclass(frozen=True)
+class BenchSettings(ModelSettings):
+    """What to measure and how often (the CLI's flags; a decoding field left None takes `DecodeConfig`'s)."""
+
     cameras: int = 1
     batch: int = 1
     engine: tuple[str, ...] = ("auto",)
