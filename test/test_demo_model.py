@@ -19,6 +19,7 @@ import pytest
 import torch
 from core_helpers import patient
 
+from wam_diff2_ros.core.cache import CACHE_ENV
 from wam_diff2_ros.core.checkpoint import inspect_checkpoint
 from wam_diff2_ros.core.decoding import DecodeConfig, _block_causal_mask
 from wam_diff2_ros.core.engine import Engine
@@ -103,7 +104,7 @@ def test_materialisation_is_byte_identical_and_reused(tmp_path):
 
 
 def test_cache_root_from_environment(tmp_path, monkeypatch):
-    monkeypatch.setenv(demo.CACHE_ENV, str(tmp_path / "env_cache"))
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "env_cache"))
     path = demo.demo_checkpoint()
     assert path.parent == tmp_path / "env_cache"
 

@@ -147,6 +147,20 @@ def test_auto_picks_the_fused_engine_only_where_the_yardstick_admitted_it(tmp_pa
     assert "unreadable" in caplog.text
 
 
+def test_the_admission_verdict_lives_in_the_users_cache(tmp_path, monkeypatch):
+    from wam_diff2_ros.core.cache import CACHE_ENV
+    from wam_diff2_ros.core.engines import admission_path
+
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
+    assert admission_path() == tmp_path / "cache" / "engine_admission.json"
+    cuda = torch.device("cuda")
+    assert resolve_engine("auto", cuda, torch.bfloat16) == "fast"
+    admission_path().parent.mkdir(parents=True)
+    verdict = {"device": "cuda", "dtype": "bfloat16", "verdicts": {"fused": {"admitted": True}}}
+    admission_path().write_text(json.dumps(verdict))
+    assert resolve_engine("auto", cuda, torch.bfloat16) == "fused"  # read from there by default
+
+
 def test_runners_are_chosen_in_one_place_and_keep_their_state_off_the_backbone(tiny):
     backbone, processor, conversations = tiny
     runners = Runners(backbone)

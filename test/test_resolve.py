@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from wam_diff2_ros.core.cache import CACHE_ENV
 from wam_diff2_ros.core.checkpoint import inspect_checkpoint
 from wam_diff2_ros.demo import ModelSpecError, resolve_model
 from wam_diff2_ros.demo import expand as demo
@@ -39,7 +40,7 @@ def test_a_demo_model_that_cannot_be_produced_is_a_model_spec_error(monkeypatch:
 
 
 def test_tiny_is_built_once_into_the_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv(demo.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
     first = resolve_model("tiny")
     assert first == tmp_path / "cache" / "tiny-seed0"
     assert inspect_checkpoint(first).path == first  # a valid checkpoint directory

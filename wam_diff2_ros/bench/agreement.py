@@ -9,7 +9,8 @@ valid plans, and the fraction of response positions whose token differs (for mod
 e.g. the tiny random checkpoints). An engine is admitted when, on every model, its median and p95 distance are
 within 10 % of exact-bf16's (or 1 cm, whichever is larger), its valid rate is not lower, and its differing-token
 fraction is within 10 % of exact-bf16's (or 0.01). The report is written as JSON (`--json`); `--admit` also writes
-it where `auto` reads verdicts (core/engine_admission.json). Decoding: `DecodeConfig`'s defaults.
+it where `auto` reads verdicts (`engine_admission.json` in the user's cache, core/cache.py). Decoding:
+`DecodeConfig`'s defaults.
 
     wam-diff2-bench agreement --model demo --model tiny --device cuda --prompts 48 --json agreement.json
 """
@@ -235,8 +236,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json:
         args.json.write_text(text, encoding="utf-8")
     if args.admit:
-        from wam_diff2_ros.core.engines import ADMISSION_FILE
+        from wam_diff2_ros.core.engines import admission_path
 
-        ADMISSION_FILE.write_text(text, encoding="utf-8")
-        print(f"verdicts written to {ADMISSION_FILE}")
+        path = admission_path()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        print(f"verdicts written to {path}")
     return 0

@@ -7,7 +7,7 @@ Engines (`DecodeConfig.engine`):
 - `fused`: the fast engine with fused step kernels (core/fused_ops.py, and on CUDA with Triton the kernels of
   core/triton_kernels.py); not bit-identical, admitted by the agreement yardstick (`wam-diff2-bench agreement`);
   `fast` with `DecodeConfig.torch_compile` is the same engine (the option's earlier spelling);
-- `auto`: `fused` on CUDA where an admission file (`ADMISSION_FILE`, written by the yardstick) admits it for the
+- `auto`: `fused` on CUDA where an admission file (`admission_path()`, written by the yardstick) admits it for the
   dtype; else `fast` where it was shown token-identical (`FAST_BY_DEFAULT`); else `exact`.
 """
 
@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from .cache import user_cache_root
 from .fast_decoding import FastRunner
 from .model import BlockDiffusionBackbone
 from .runner import ExactRunner, Runner
@@ -31,15 +32,22 @@ TIERS = ("exact", "fast", "fused")  # what an engine name resolves to
 # (CPU float32 in CI; CUDA float32 in test_fast_decoding_cuda.py, run on an H200) or, for CUDA bfloat16,
 # in every comparison measured on an H200 (docs/engine.md); elsewhere (NPU, float16) `auto` is exact.
 FAST_BY_DEFAULT = frozenset({("cpu", torch.float32), ("cuda", torch.float32), ("cuda", torch.bfloat16)})
-# The yardstick's verdicts `auto` reads (`wam-diff2-bench agreement --admit` writes it); absent: nothing admitted.
-ADMISSION_FILE = Path(__file__).with_name("engine_admission.json")
+ADMISSION_NAME = "engine_admission.json"
+
+
+def admission_path() -> Path:
+    """The yardstick's verdicts `auto` reads (`wam-diff2-bench agreement --admit` writes them), in the user's cache
+    (core/cache.py): they belong to this machine's device; absent, nothing is admitted."""
+    return user_cache_root() / ADMISSION_NAME
+
+
 FUSED_DEVICES = ("cuda",)  # where `auto` may pick an admitted fused engine
 
 
 def admitted(engine: str, device: torch.device, dtype: torch.dtype, admission_file: Path | None = None) -> bool:
-    """Whether the yardstick's report at `admission_file` (default `ADMISSION_FILE`) admits `engine` on this
+    """Whether the yardstick's report at `admission_file` (default `admission_path()`) admits `engine` on this
     device type and dtype (an unreadable report admits nothing, with a log line)."""
-    path = ADMISSION_FILE if admission_file is None else admission_file
+    path = admission_path() if admission_file is None else admission_file
     if not path.is_file():
         return False
     try:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
 import shutil
 import struct
 import tempfile
@@ -26,6 +25,7 @@ from typing import Any
 
 import torch
 
+from wam_diff2_ros.core.cache import user_cache_root
 from wam_diff2_ros.core.tokens import GENERATION_CONFIG
 
 DEMO_DIR = Path(__file__).resolve().parent / "weights"
@@ -33,7 +33,6 @@ COMPACT_WEIGHTS = "demo_weights.safetensors"
 MANIFEST = "manifest.json"
 METRICS = "metrics.json"
 FORMAT_VERSION = 1
-CACHE_ENV = "WAM_DIFF2_CACHE"
 EMBEDDING_NAME = "model.language_model.embed_tokens.weight"
 VOCAB_IDS_NAME = "demo.vocab_ids"  # int64 ids of the stored embedding rows
 EMBED_ROWS_NAME = "demo.embed_rows"
@@ -183,12 +182,6 @@ def write_demo_checkpoint(out_dir: str | Path, demo_dir: Path = DEMO_DIR, verify
     return out
 
 
-def default_cache_root() -> Path:
-    """`$WAM_DIFF2_CACHE`, else `~/.cache/wam_diff2_ros`."""
-    configured = os.environ.get(CACHE_ENV)
-    return Path(configured).expanduser() if configured else Path.home() / ".cache" / "wam_diff2_ros"
-
-
 def _looks_complete(path: Path, manifest: Mapping[str, Any]) -> bool:
     weights = path / "model.safetensors"
     needed = ("config.json", "tokenizer.json", "preprocessor_config.json", "chat_template.json")
@@ -206,7 +199,7 @@ def demo_checkpoint(cache_dir: Path | None = None, demo_dir: Path = DEMO_DIR) ->
     as is; a damaged one is replaced.
     """
     manifest = load_manifest(demo_dir)
-    root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_root()
+    root = Path(cache_dir).expanduser() if cache_dir is not None else user_cache_root()
     final = root / f"demo-{manifest['model_safetensors_sha256'][:12]}"
     if _looks_complete(final, manifest):
         return final

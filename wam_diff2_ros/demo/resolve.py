@@ -13,6 +13,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from wam_diff2_ros.core.cache import user_cache_root
 from wam_diff2_ros.demo import expand
 
 DEMO = "demo"
@@ -34,7 +35,7 @@ def tiny_checkpoint(cache_dir: Path | None = None, seed: int = TINY_SEED) -> Pat
     """A random tiny checkpoint (same seed → same weights) under the cache root, built once (~2 s)."""
     from wam_diff2_ros.demo.tiny import make_tiny_checkpoint
 
-    root = Path(cache_dir).expanduser() if cache_dir is not None else expand.default_cache_root()
+    root = Path(cache_dir).expanduser() if cache_dir is not None else user_cache_root()
     final = root / f"tiny-seed{seed}"
     if (final / "config.json").is_file():
         return final
