@@ -49,9 +49,10 @@ def test_tokens_map_to_waypoints_through_the_parser():
     per_waypoint = waypoint_token_probabilities(parsed.waypoint_spans(), spans, probabilities)
     # waypoint 1: "1", ".00", "0.00"; waypoint 2: "2", ".", "00", ",0" (writes the 0 of 0.10), ".10"
     assert per_waypoint == ((0.8, 0.7, 0.6), (0.5, 0.99, 0.4, 0.3, 0.2))
-    assert waypoint_confidence(per_waypoint) == (0.6, 0.2)
+    assert waypoint_confidence(per_waypoint, "min") == (0.6, 0.2)
     geomean = waypoint_confidence(per_waypoint, "geomean")
     assert geomean[0] == pytest.approx(math.exp((math.log(0.8) + math.log(0.7) + math.log(0.6)) / 3))
+    assert waypoint_confidence(per_waypoint) == geomean  # the published one
     assert waypoint_confidence(per_waypoint, "product")[0] == pytest.approx(0.8 * 0.7 * 0.6)
     assert plan_confidence((0.6, 0.2)) == 0.2 and plan_confidence(()) == 0.0
 
@@ -107,6 +108,8 @@ def test_confidence_analysis_finds_a_confidence_that_tracks_the_error():
     deciles = by_min["reliability"]
     assert deciles[0]["mean_error_m"] > deciles[-1]["mean_error_m"]
     assert analysis["plan_spearman_confidence_vs_ade_4s"] == pytest.approx(-1.0)
+    for aggregate in ("min", "geomean", "product"):
+        assert analysis["waypoint"][aggregate]["plan_spearman_vs_ade_4s"] == pytest.approx(-1.0)
     lowest = analysis["thresholds"][0]
     assert lowest["below"]["valid_rate"] == 0.0 and lowest["above"]["valid_rate"] == 1.0
     summary = decoding_summary(records)

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from wam_diff2_ros.core.confidence import AGGREGATES, plan_confidence
+from wam_diff2_ros.core.confidence import AGGREGATES, WAYPOINT_AGGREGATE, plan_confidence
 from wam_diff2_ros.replay.evaluation import compute_metrics, to_jsonable
 
 
@@ -138,6 +138,15 @@ def _thresholds(records: Sequence[Mapping[str, Any]], track: Any) -> list[dict[s
 
 def confidence_analysis(records: Sequence[Mapping[str, Any]], track: Any) -> dict[str, Any]:
     """The figures of the module docstring for planned ``records`` against ``track`` (an ``EgoTrack``)."""
+    plans = [r for r in records if r.get("valid") and r.get("waypoint_token_probabilities")]
+    plan_rows = [{"stamp_ns": r["stamp_ns"], "valid": True, "waypoints": r["waypoints"]} for r in plans]
+    plan_ade = [i.get("ade_4s") for i in compute_metrics(plan_rows, track, include_instants=True)["instants"]]
+
+    def plan_spearman(aggregate: str) -> float | None:
+        scores = [plan_confidence([AGGREGATES[aggregate](t) for t in r["waypoint_token_probabilities"]]) for r in plans]
+        known = [(s, a) for s, a in zip(scores, plan_ade, strict=True) if a is not None]
+        return spearman([k[0] for k in known], [k[1] for k in known])
+
     by_aggregate: dict[str, Any] = {}
     for aggregate in AGGREGATES:
         pairs = _waypoint_pairs(records, track, aggregate)
@@ -151,17 +160,13 @@ def confidence_analysis(records: Sequence[Mapping[str, Any]], track: Any) -> dic
             "spearman": spearman([p[1] for p in pairs], [p[2] for p in pairs]),
             "spearman_within_horizon": _mean(within),
             "reliability": _deciles(pairs),
+            "plan_spearman_vs_ade_4s": plan_spearman(aggregate),  # the plan's confidence: min over its waypoints
         }
-    plans = [r for r in records if r.get("valid") and r.get("waypoint_token_probabilities")]
-    plan_scores = [plan_confidence([AGGREGATES["min"](t) for t in r["waypoint_token_probabilities"]]) for r in plans]
-    plan_rows = [{"stamp_ns": r["stamp_ns"], "valid": True, "waypoints": r["waypoints"]} for r in plans]
-    plan_ade = [i.get("ade_4s") for i in compute_metrics(plan_rows, track, include_instants=True)["instants"]]
-    known = [(s, a) for s, a in zip(plan_scores, plan_ade, strict=True) if a is not None]
     return to_jsonable(
         {
             "plans": len(records),
             "waypoint": by_aggregate,
-            "plan_spearman_confidence_vs_ade_4s": spearman([k[0] for k in known], [k[1] for k in known]),
+            "plan_spearman_confidence_vs_ade_4s": by_aggregate[WAYPOINT_AGGREGATE]["plan_spearman_vs_ade_4s"],
             "thresholds": _thresholds(records, track),
         }
     )
