@@ -72,3 +72,35 @@ def test_loading_logs_which_decoding_engine_runs(caplog) -> None:
     timed = re.search(r"\): (loaded|built) in \d+\.\d s$", kernels)
     assert f"({kernel_isa()}): " in kernels and (timed is not None) == (load_kernel() is not None), kernels
     slot.close()
+
+
+def test_cpu_threads_leave_a_core_to_the_executor(monkeypatch) -> None:
+    import os
+
+    import torch
+
+    from wam_diff2_ros.ros.model_slot import cpu_threads_for
+
+    def config(**values) -> NodeConfig:
+        return NodeConfig.from_parameters({"model.path": str(tiny_checkpoint(seed=1)), **values})
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
+    assert cpu_threads_for(config(**{"model.device": "cpu"})) == 3
+    assert cpu_threads_for(config(**{"model.device": "cpu", "model.cpu_threads": 4})) == 4
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0}, raising=False)
+    assert cpu_threads_for(config(**{"model.device": "cpu"})) == 1
+    if not torch.cuda.is_available():
+        assert cpu_threads_for(config(**{"model.device": "cuda"})) is None  # not loadable: the load reports it
+    with pytest.raises(ParameterError, match=r"model\.cpu_threads: must be >= 0"):
+        config(**{"model.cpu_threads": -1})
+
+    previous = torch.get_num_threads()
+    slot = ModelSlot(NodeHealth("threads-test"), logging.getLogger("threads-test"), lambda: None)
+    try:
+        monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+        loaded = config(**{"model.device": "cpu", "model.dtype": "float32", "model.cpu_threads": 1})
+        assert slot.load(loaded, lambda c: Engine.load(c.model_path, device=c.device, dtype=c.dtype))
+        assert torch.get_num_threads() == 1
+    finally:
+        slot.close()
+        torch.set_num_threads(previous)

@@ -4,11 +4,14 @@ up), kept across configures of the same path, cancelled at process exit, closed;
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from typing import Any
 
-from wam_diff2_ros.core.checkpoint import release_device_cache
+import torch
+
+from wam_diff2_ros.core.checkpoint import release_device_cache, resolve_device
 from wam_diff2_ros.core.cpu_kernels import kernel_isa, kernel_loads, load_kernel
 from wam_diff2_ros.core.planning import EngineLike, describe_decoding
 from wam_diff2_ros.core.prompts import build_planning_prompt
@@ -17,6 +20,23 @@ from .diagnostics import NodeHealth
 from .params import NodeConfig
 
 EngineFactory = Callable[[NodeConfig], EngineLike]
+
+
+def cpu_threads_for(config: NodeConfig) -> int | None:
+    """torch's thread count for a model on the CPU: ``model.cpu_threads``, or with 0 one fewer than the cores this
+    process may use (at least 1); None when the model does not run on the CPU. Why one fewer: torch's threads
+    wait for each other at every operation, and the executor's and DDS's threads receiving camera frames on the
+    same cores stall them all (on 2 cores a plan took 3.2 s with 2 threads under one 10 Hz camera, 0.8 s with
+    1; docs/node.md)."""
+    try:
+        if resolve_device(config.device).type != "cpu":
+            return None
+    except (ValueError, RuntimeError):  # no such device: loading the model reports it
+        return None
+    if config.cpu_threads > 0:
+        return config.cpu_threads
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cores - 1)
 
 
 class ModelSlot:
@@ -35,6 +55,10 @@ class ModelSlot:
         if self.engine is not None and self.path == config.model_path:
             return True
         self.close()
+        threads = cpu_threads_for(config)
+        if threads is not None and threads != torch.get_num_threads():
+            torch.set_num_threads(threads)  # before the engine: the CPU kernels' probe runs at this count
+            self._logger.info(f"torch uses {threads} CPU thread(s) (model.cpu_threads {config.cpu_threads})")
         self._health.set_model("loading", path=config.model_path)
         self._publish_diagnostics()
         started = time.perf_counter()

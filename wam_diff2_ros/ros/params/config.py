@@ -44,6 +44,7 @@ class NodeConfig:
     min_pixels: int
     max_pixels: int
     preprocess: str
+    cpu_threads: int  # 0 = automatic (ros/model_slot.py cpu_threads_for)
     unload_on_deactivate: bool
     warmup: bool
     warmup_image_size: tuple[int, int]

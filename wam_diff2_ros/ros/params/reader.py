@@ -359,6 +359,7 @@ class _Reader:
             min_pixels=min_pixels,
             max_pixels=max_pixels,
             preprocess=preprocess,
+            cpu_threads=self.integer("model.cpu_threads", 0),
             unload_on_deactivate=self.boolean("model.unload_on_deactivate"),
             warmup=self.boolean("model.warmup"),
             warmup_image_size=(int(warmup_size[0]), int(warmup_size[1])),

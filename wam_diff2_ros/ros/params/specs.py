@@ -95,6 +95,12 @@ PARAMETER_SPECS: tuple[ParameterSpec, ...] = (
         "device: the uint8 frame is moved first, resized and cut by torch on model.device, with the host's pixel "
         "values)",
     ),
+    ParameterSpec(
+        "model.cpu_threads",
+        0,
+        "torch threads when the model runs on the CPU; 0 = one fewer than the cores this process may use (at "
+        "least 1), leaving a core to the executor and DDS",
+    ),
     ParameterSpec("model.unload_on_deactivate", False, "deactivate also unloads the model (activate reloads it)"),
     ParameterSpec(
         "model.warmup",
