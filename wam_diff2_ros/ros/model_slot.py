@@ -26,7 +26,7 @@ def cpu_threads_for(config: NodeConfig) -> int | None:
     """torch's thread count for a model on the CPU: ``model.cpu_threads``, or with 0 one fewer than the cores this
     process may use (at least 1); None when the model does not run on the CPU. Why one fewer: torch's threads
     wait for each other at every operation, and the executor's and DDS's threads receiving camera frames on the
-    same cores stall them all (on 2 cores a plan took 3.2 s with 2 threads under one 10 Hz camera, 0.8 s with
+    same cores stall them all (on 2 cores a plan took 3.2 s with 2 threads under one 10 Hz camera, 1.1 s with
     1; docs/node.md)."""
     try:
         if resolve_device(config.device).type != "cpu":
@@ -52,13 +52,13 @@ class ModelSlot:
     def load(self, config: NodeConfig, factory: EngineFactory) -> bool:
         """The engine for ``config.model_path`` (kept when it is loaded already); False when it cannot be loaded
         (logged, reported)."""
-        if self.engine is not None and self.path == config.model_path:
-            return True
-        self.close()
         threads = cpu_threads_for(config)
         if threads is not None and threads != torch.get_num_threads():
             torch.set_num_threads(threads)  # before the engine: the CPU kernels' probe runs at this count
             self._logger.info(f"torch uses {threads} CPU thread(s) (model.cpu_threads {config.cpu_threads})")
+        if self.engine is not None and self.path == config.model_path:
+            return True
+        self.close()
         self._health.set_model("loading", path=config.model_path)
         self._publish_diagnostics()
         started = time.perf_counter()
