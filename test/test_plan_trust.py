@@ -284,7 +284,7 @@ def test_compressed_headers_are_checked_at_arrival(tmp_path) -> None:
 
 class ConfidentEngine(ScriptedEngine):
     """The scripted engine whose answers come with one token per character, each won with probability 0.95,
-    except the characters of waypoint 3's y number (the 6th number): ``low``."""
+    except the characters of waypoint 3's numbers (the 5th and 6th): ``low``."""
 
     def __init__(self, low: float) -> None:
         super().__init__()
@@ -294,8 +294,8 @@ class ConfidentEngine(ScriptedEngine):
         generation = super().generate(prompt, images, decode, system)
         text = generation.text
         starts = [0] + [i + 2 for i, c in enumerate(text) if c == ","]  # numbers are separated by ", "
-        start = starts[5]
-        end = text.index(",", start)
+        start = starts[4]
+        end = text.index(",", starts[5])
         generation.token_confidence = [self.low if start <= i < end else 0.95 for i in range(len(text))]
         generation.token_spans = lambda: [(i, i + 1) for i in range(len(text))]
         return generation
