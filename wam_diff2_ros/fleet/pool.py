@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from wam_diff2_ros.fleet.results import FAILED, BagRecord, bags_root, record_failure, tmp_dir_name
+from wam_diff2_ros.fleet.results import BagRecord, bags_root, record_failure, tmp_dir_name
 from wam_diff2_ros.fleet.worker import CRASH_ENV, BagTask, BagWorker
 
 MAX_ATTEMPTS = 2  # a bag whose worker died is retried once, on a fresh worker
@@ -190,16 +190,6 @@ def _collect(
         reason = f"{reason}, on {attempt} attempts"
     except Exception as exc:  # an error outside the replay's own handling (e.g. the result folder unwritable)
         reason = f"{type(exc).__name__}: {exc}".splitlines()[0]
-    record = BagRecord(
-        name=task.name,
-        bag=str(task.bag),
-        status=FAILED,
-        key=task.key,
-        bag_sha256=task.bag_sha256,
-        size_bytes=task.size_bytes,
-        reason=reason,
-        attempts=attempt,
-        worker=slot.label,
-    )
+    record = task.failed_record(attempt, slot.label, reason)
     record_failure(Path(task.out), record)
     return record

@@ -40,6 +40,20 @@ class BagTask:
     bag_sha256: str
     size_bytes: int
 
+    def failed_record(self, attempt: int, worker: str | None, reason: str | None = None) -> BagRecord:
+        """This bag's record as failed on ``attempt`` by ``worker`` (a replay's outcome then fills it in)."""
+        return BagRecord(
+            name=self.name,
+            bag=str(self.bag),
+            status=FAILED,
+            key=self.key,
+            bag_sha256=self.bag_sha256,
+            size_bytes=self.size_bytes,
+            reason=reason,
+            attempts=attempt,
+            worker=worker,
+        )
+
 
 def _point_summary_at_final_place(tmp: Path, final: Path) -> None:
     """``summary.txt`` names its output files: name them where they will be once committed."""
@@ -107,16 +121,7 @@ class BagWorker:
         from wam_diff2_ros.replay import ReplayModelError, ReplayUsageError, replay
 
         started = time.perf_counter()
-        record = BagRecord(
-            name=task.name,
-            bag=str(task.bag),
-            status=FAILED,
-            key=task.key,
-            bag_sha256=task.bag_sha256,
-            size_bytes=task.size_bytes,
-            attempts=attempt,
-            worker=self.worker_id,
-        )
+        record = task.failed_record(attempt, self.worker_id)
         tmp = new_tmp_dir(task.out, task.name, tmp_name)
         options = replace(task.options, bag=task.bag, out=tmp, progress=False, overwrite=False)
         crash_at = self._crash_at_plan(task.name, attempt)
