@@ -96,6 +96,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         help=f"simulated drives the --drive-frames come from (<= {len(DRIVE_SAMPLE_SEEDS)})",
     )
     parser.add_argument(
+        "--drive-sizes",
+        choices=("mixed", "camera"),
+        default=defaults.drive_sizes,
+        help="frame sizes of the drive instants: 'mixed' (8 sizes and aspect ratios) or 'camera' (mostly 16:9 "
+        "frames of the sample bag's image grid, some others)",
+    )
+    parser.add_argument(
         "--init-from",
         type=Path,
         default=None,
@@ -144,6 +151,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         probe_every=args.probe_every,
         drive_frames=args.drive_frames,
         sample_drives=args.sample_drives,
+        drive_sizes=args.drive_sizes,
         init_from=None if args.init_from is None else str(args.init_from),
         sizes=ModelSizes(text_hidden=args.text_hidden, text_layers=args.text_layers),
     )

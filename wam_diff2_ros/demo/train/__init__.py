@@ -13,11 +13,11 @@ The prompt is :func:`~wam_diff2_ros.core.prompts.build_planning_prompt` (``navsi
 the 16 numbers with two decimals, exactly like the training data of the real model. Training and held-out
 samples come from different seeds and different drives (images).
 
-Drive samples (``--drive-frames``, :mod:`~wam_diff2_ros.demo.train.drives`): instants of simulated drives (seeds
-1-20, never the sample bag's seed 0), asked exactly as a replay of their bag asks (speed, measured longitudinal
-and lateral acceleration, the command in force, the frame at that instant) with the drive's true future as the
-answer, each also mirrored (``left`` ↔ ``right``). ``--init-from`` continues training shipped demo files; the
-shipped model is a base trained on the kinematic samples, continued on both (``scripts/train_demo.sh``).
+Drive samples (``--drive-frames``, :mod:`~wam_diff2_ros.demo.train.drives`): instants of simulated drives (seeds 1-60,
+never the sample bag's seed 0 nor the held-out drives 1000-1002), asked exactly as a replay of their bag asks (speed,
+measured longitudinal and lateral acceleration, the command in force, the frame at that instant) with the drive's true
+future as the answer, each also mirrored (``left`` ↔ ``right``). ``--init-from`` continues training shipped demo
+files; the shipped model is a base trained on the kinematic samples, continued on both (``scripts/train_demo.sh``).
 
 Objective: masked block diffusion, matching the decoder (:mod:`wam_diff2_ros.core.decoding`) exactly. The
 response (answer tokens, then ``<|im_end|>`` filling the rest of the last block) is cut into blocks of 32.

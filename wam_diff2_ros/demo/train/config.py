@@ -35,7 +35,10 @@ TRAIN_DRIVE_SEEDS = tuple(range(10))  # seed 0 is the default sample bag's drive
 HELD_OUT_DRIVE_SEEDS = (1000, 1001, 1002)
 # Drives whose instants become samples (``demo/train/drives.py``); seed 0, the sample bag's drive, is not one of
 # them, so the demo replay measures the model on a drive it never saw as a sample.
-DRIVE_SAMPLE_SEEDS = tuple(range(1, 21))
+DRIVE_SAMPLE_SEEDS = tuple(range(1, 61))
+# Frame sizes of the drive instants when they are asked at the replay camera's grid (``--drive-sizes camera``):
+# six of eight are 16:9 frames of 640x360 or more (the sample bag's 15x8 grid of 120 tokens), two are others.
+CAMERA_IMAGE_SIZES = ((960, 540), (640, 360), (1280, 720), (960, 540), (640, 360), (1280, 720), (320, 180), (800, 600))
 HELD_OUT_DRIVE_FRAMES = 8  # instants per held-out drive in the drive evaluation (each also mirrored)
 
 
