@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Retrain the shipped demo model from scratch, in its two stages, into wam_diff2_ros/demo/weights/ (docs/demo_model.md):
+# Retrain the shipped demo model from scratch, in its three stages, into wam_diff2_ros/demo/weights/
+# (docs/demo_model.md):
 #
-#   1. base:      synthetic kinematic samples only (3000 steps);                 written to $WORK/base
+#   1. base:      synthetic kinematic samples only (3000 steps);                          written to $WORK/base
 #   2. drives:    continue the base on those samples plus instants of 20 simulated drives and their mirror images
-#                 (what a replay of a sample bag asks); written to the package's demo/weights/ (or $OUT).
+#                 (what a replay of a sample bag asks), mostly at the sample bag's image grid; written to $WORK/drives
+#   3. refine:    continue at a lower learning rate on instants of 40 drives;   written to demo/weights/ (or $OUT)
 #
 # A base already in $WORK/base is reused. Same seeds, torch build and thread count -> the same weights; the manifest
 # records each stage's command, wall time and the base's sha256.
@@ -26,6 +28,10 @@ else
     --probe-every 300
 fi
 
-echo "[train_demo] stage 2: continuing on simulated drives (600 steps, about 16 min on 2 cores)"
-"${TRAIN[@]}" --out "$OUT" --init-from "$WORK/base" --train-samples 480 --drive-frames 48 --sample-drives 20 \
-  --epochs 2 --lr 1.5e-3 --warmup-steps 30 --eval-samples 20 --probe-every 0
+echo "[train_demo] stage 2: continuing on simulated drives (900 steps, about 20 min on 2 cores)"
+"${TRAIN[@]}" --out "$WORK/drives" --init-from "$WORK/base" --train-samples 480 --drive-frames 48 --sample-drives 20 \
+  --drive-sizes camera --epochs 3 --lr 1.5e-3 --warmup-steps 30 --eval-samples 20 --probe-every 0
+
+echo "[train_demo] stage 3: refining on instants of 40 drives (380 steps, about 11 min on 2 cores)"
+"${TRAIN[@]}" --out "$OUT" --init-from "$WORK/drives" --train-samples 480 --drive-frames 32 --sample-drives 40 \
+  --drive-sizes camera --epochs 1 --lr 5e-4 --warmup-steps 10 --eval-samples 20 --probe-every 0
