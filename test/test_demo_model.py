@@ -202,6 +202,26 @@ def test_drive_samples_are_the_replays_question_and_answer():
     np.testing.assert_allclose(future_in_ego_frame(track, int(track.stamps_ns[now])), expected, atol=1e-3)
 
 
+def test_camera_drive_sizes_ask_mostly_at_the_sample_bags_image_grid(engine):
+    """``--drive-sizes camera`` renders six drive instants in eight at the image-token grid of the sample bag's
+    960x540 camera, ``mixed`` four in eight."""
+    from wam_diff2_ros.demo.train.drives import drive_samples
+
+    processor = engine.processor
+
+    def grid(image: np.ndarray) -> tuple[int, ...]:
+        pixels = preprocess_image(image, processor.image_config, processor.min_pixels, processor.max_pixels)
+        return tuple(pixels.grid_thw)
+
+    bag_grid = grid(np.zeros((540, 960, 3), dtype=np.uint8))
+    on_grid = {}
+    for name, sizes in train_demo.DRIVE_IMAGE_SIZES.items():
+        pool, samples = drive_samples([5], len(sizes), seed=3, sizes=sizes)
+        assert sorted(image.shape[1::-1] for image in pool.images[0::2]) == sorted(sizes)
+        on_grid[name] = sum(grid(pool.images[sample.image_index]) == bag_grid for sample in samples[0::2])
+    assert on_grid == {"mixed": 4, "camera": 6}
+
+
 def test_ground_truth_follows_command_and_speed():
     rng_choices = {command: [0] for command in train_demo.COMMANDS}
     samples = train_demo.make_samples(400, 123, rng_choices)

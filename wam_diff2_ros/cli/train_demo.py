@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from wam_diff2_ros.demo import expand as demo_files
-from wam_diff2_ros.demo.train.config import DRIVE_SAMPLE_SEEDS, TRAIN_DRIVE_SEEDS, ModelSizes
+from wam_diff2_ros.demo.train.config import DRIVE_IMAGE_SIZES, DRIVE_SAMPLE_SEEDS, TRAIN_DRIVE_SEEDS, ModelSizes
 from wam_diff2_ros.demo.train.loop import TrainSettings, log, train
 
 
@@ -97,7 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument(
         "--drive-sizes",
-        choices=("mixed", "camera"),
+        choices=tuple(DRIVE_IMAGE_SIZES),
         default=defaults.drive_sizes,
         help="frame sizes of the drive instants: 'mixed' (8 sizes and aspect ratios) or 'camera' (mostly 16:9 "
         "frames of the sample bag's image grid, some others)",

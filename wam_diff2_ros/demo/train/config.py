@@ -39,6 +39,8 @@ DRIVE_SAMPLE_SEEDS = tuple(range(1, 61))
 # Frame sizes of the drive instants when they are asked at the replay camera's grid (``--drive-sizes camera``):
 # six of eight are 16:9 frames of 640x360 or more (the sample bag's 15x8 grid of 120 tokens), two are others.
 CAMERA_IMAGE_SIZES = ((960, 540), (640, 360), (1280, 720), (960, 540), (640, 360), (1280, 720), (320, 180), (800, 600))
+# ``--drive-sizes``: the frame sizes each choice renders the drive instants at.
+DRIVE_IMAGE_SIZES = {"mixed": IMAGE_SIZES, "camera": CAMERA_IMAGE_SIZES}
 HELD_OUT_DRIVE_FRAMES = 8  # instants per held-out drive in the drive evaluation (each also mirrored)
 
 

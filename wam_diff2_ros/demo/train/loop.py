@@ -22,14 +22,13 @@ from wam_diff2_ros.core.processor import WamDiff2Processor, preprocess_image
 from wam_diff2_ros.demo import expand as demo_files
 from wam_diff2_ros.demo.train.config import (
     BLOCK_SIZE,
-    CAMERA_IMAGE_SIZES,
     DEMO_PREPROCESSOR_OVERRIDES,
+    DRIVE_IMAGE_SIZES,
     DRIVE_SAMPLE_SEEDS,
     FULL_VOCAB_SIZE,
     HELD_OUT_DRIVE_FRAMES,
     HELD_OUT_DRIVE_SEEDS,
     HELD_OUT_SEED,
-    IMAGE_SIZES,
     TRAIN_DRIVE_SEEDS,
     TRAIN_SEED,
     ModelSizes,
@@ -69,7 +68,7 @@ class TrainSettings:
     probe_samples: int = 16
     drive_frames: int = 0  # instants per drive taken as samples from the simulated drives (0: none)
     sample_drives: int = 20
-    drive_sizes: str = "mixed"  # drive instants' frame sizes: "mixed" (IMAGE_SIZES), "camera" (CAMERA_IMAGE_SIZES)
+    drive_sizes: str = "mixed"  # the drive instants' frame sizes: a key of DRIVE_IMAGE_SIZES
     init_from: str | None = None  # a folder of shipped demo files to continue training from
     sizes: ModelSizes = field(default_factory=ModelSizes)
 
@@ -182,7 +181,7 @@ def train(settings: TrainSettings, out_dir: Path, command_line: str) -> dict[str
                 DRIVE_SAMPLE_SEEDS[: settings.sample_drives],
                 settings.drive_frames,
                 seed=TRAIN_SEED,
-                sizes=CAMERA_IMAGE_SIZES if settings.drive_sizes == "camera" else IMAGE_SIZES,
+                sizes=DRIVE_IMAGE_SIZES[settings.drive_sizes],
             )
             drive_train = [replace(s, image_index=s.image_index + len(train_pool.images)) for s in drive_train]
         held_drive_pool, held_drive = drive_samples(HELD_OUT_DRIVE_SEEDS, HELD_OUT_DRIVE_FRAMES, seed=HELD_OUT_SEED)
