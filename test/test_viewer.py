@@ -166,3 +166,24 @@ def test_the_shipped_layout_shows_the_view_topics() -> None:
         "/wam_diff2/plan_info.confidence",
     }
     assert panels["3D!wamscene"]["followTf"] == "base_link"
+
+
+def test_closing_frees_the_port_at_once() -> None:
+    """foxglove's stop returns before its listener closes; the view's close waits for it, so the same port can be
+    served again straight away (a node reconfigured on its viewer.port) and nothing listens after close."""
+    import socket
+
+    pytest.importorskip("foxglove", reason="the live view needs foxglove-sdk (pip install '.[viewer]')")
+    pytest.importorskip("websockets", reason="the protocol client needs websockets (pip install '.[test]')")
+    from foxglove_client import FoxgloveClient
+
+    port = 0
+    for _ in range(10):
+        view = LiveView(ViewerSettings(port))
+        port = view.start()
+        client = FoxgloveClient(view.url)  # a client came and went
+        assert client.wait_for_channels(TOPICS.values())
+        client.close()
+        view.close()
+        with pytest.raises(OSError), socket.create_connection(("127.0.0.1", port), timeout=5):
+            pass

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from wam_diff2_ros.core.camera import optical_rotation
+from wam_diff2_ros.viewer.ports import wait_until_released
 
 from .scene import STATUS_COLORS, PlanUpdate, ViewFrame, view_frame
 
@@ -215,7 +216,8 @@ class LiveView:
         return self._subscriptions.wait_for(topics, timeout_s)
 
     def close(self) -> None:
-        """Draw the update still pending, stop the thread and the server (idempotent)."""
+        """Draw the update still pending, stop the thread and the server, return once its port is free
+        (idempotent)."""
         with self._wake:
             self._closed = True
             self._wake.notify_all()
@@ -223,8 +225,9 @@ class LiveView:
             self._thread.join(5.0)
             self._thread = None
         if self._server is not None:
-            self._server.stop()
+            self._server.stop()  # returns before the listener is closed: wait for that, so the port is free
             self._server = None
+            wait_until_released(self.settings.host, self.port)
 
     # ---- the planning thread
 
