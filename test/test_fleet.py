@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import stat
 import sys
 from pathlib import Path
 from typing import Any
@@ -25,6 +27,7 @@ pytest.importorskip("ray", reason="ray is not installed (the fleet extra)")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from core_helpers import tiny_checkpoint
+from listening import ListeningSampler, process_tree
 
 from wam_diff2_ros.cli.fleet import main as fleet_main
 from wam_diff2_ros.cli.replay import main as replay_main
@@ -95,7 +98,12 @@ def test_one_bag_gives_the_same_predictions_as_the_replay(tmp_path: Path) -> Non
     model = str(tiny_checkpoint())
     assert replay_main([str(bag), "--out", str(tmp_path / "replay"), "--model", model, *FAST, "--no-progress"]) == 0
     argv = [str(bag), "--out", str(tmp_path / "fleet"), "--model", model, *FAST, "--workers", "1", "--num-cpus", "2"]
-    assert fleet_main([*argv, "--no-progress"]) == EXIT_OK
+    with ListeningSampler() as sockets:
+        assert fleet_main([*argv, "--no-progress"]) == EXIT_OK
+    # every port the run's process tree opened (Ray's GCS, raylet, agents, the worker, the driver) is on loopback
+    names = sockets.processes()
+    assert {"gcs_server", "raylet"} <= names and any(n.startswith("ray::BagWorker") for n in names), names
+    assert not sockets.exposed()
     single, bag_dir = tmp_path / "replay", tmp_path / "fleet" / "bags" / "drive"
     assert predictions(bag_dir) and predictions(bag_dir) == predictions(single)
     for name in (
@@ -170,6 +178,22 @@ def test_fleet_run_rerun_and_killed_workers(drives: Path, tmp_path: Path, monkey
     for name in ("long", "damaged", "no_odom"):
         assert predictions(tmp_path / "killed" / "bags" / name) == predictions(tmp_path / "clean" / "bags" / name)
     assert not list((tmp_path / "killed" / "bags").glob(".tmp-*"))  # the killed attempts' half-written folders
+
+
+@pytest.mark.slow
+def test_embedded_ray_runs_with_a_private_token_for_the_run() -> None:
+    from wam_diff2_ros.fleet.pool import ray_session
+
+    before = {k: os.environ.get(k) for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH")}
+    with ray_session(RayConfig(num_cpus=1, object_store_mb=100)) as ray:
+        token = Path(os.environ["RAY_AUTH_TOKEN_PATH"])
+        assert stat.S_IMODE(token.stat().st_mode) == 0o600 and stat.S_IMODE(token.parent.stat().st_mode) == 0o700
+        assert len(token.read_text()) == 64 and ray.util.get_node_ip_address() == "127.0.0.1"
+        ray_processes = {Path(f"/proc/{pid}/comm").read_text().strip(): pid for pid in process_tree(os.getpid())}
+        environ = Path(f"/proc/{ray_processes['gcs_server']}/environ").read_bytes().split(b"\0")
+        assert b"RAY_AUTH_MODE=token" in environ and f"RAY_AUTH_TOKEN_PATH={token}".encode() in environ
+    assert not token.parent.exists()  # the token lives as long as the run's Ray
+    assert {k: os.environ.get(k) for k in before} == before
 
 
 # --- pieces ---------------------------------------------------------------------------------------------------------

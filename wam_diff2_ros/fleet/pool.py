@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from wam_diff2_ros.fleet.local_ray import LOOPBACK, local_ray_environment
 from wam_diff2_ros.fleet.results import BagRecord, bags_root, record_failure, tmp_dir_name
 from wam_diff2_ros.fleet.worker import CRASH_ENV, BagTask, BagWorker
 
@@ -52,24 +53,37 @@ def import_ray() -> Any:
 
 @contextmanager
 def ray_session(config: RayConfig) -> Iterator[Any]:
-    """Ray started (embedded) or connected for the block; shut down after."""
+    """Ray started (embedded: on this machine only, see :mod:`~wam_diff2_ros.fleet.local_ray`) or connected for
+    the block; shut down after."""
     ray = import_ray()
+    if config.address is not None:
+        with _started(ray, config, {"address": config.address, "log_to_driver": config.log_to_driver}):
+            yield ray
+        return
     kwargs: dict[str, Any] = {
+        "num_cpus": config.num_cpus or os.cpu_count() or 1,
+        "object_store_memory": config.object_store_mb << 20,
         "include_dashboard": config.dashboard,
+        "dashboard_host": LOOPBACK,
         "log_to_driver": config.log_to_driver,
         "configure_logging": False,
     }
-    if config.address is None:
-        kwargs.update(num_cpus=config.num_cpus or os.cpu_count() or 1, object_store_memory=config.object_store_mb << 20)
-    else:
-        kwargs = {"address": config.address, "log_to_driver": config.log_to_driver}
+    with local_ray_environment(), _started(ray, config, kwargs):
+        address = ray.util.get_node_ip_address()
+        if address != LOOPBACK:
+            raise FleetSetupError(f"embedded Ray came up on {address}, not {LOOPBACK}; use --ray-address for a cluster")
+        yield ray
+
+
+@contextmanager
+def _started(ray: Any, config: RayConfig, kwargs: dict[str, Any]) -> Iterator[None]:
     try:
         ray.init(**kwargs)
     except Exception as exc:
         where = "embedded Ray" if config.address is None else f"the Ray cluster at {config.address}"
         raise FleetSetupError(f"cannot start {where}: {type(exc).__name__}: {exc}") from None
     try:
-        yield ray
+        yield
     finally:
         ray.shutdown()
 
