@@ -18,6 +18,7 @@ import stat
 import sys
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 
@@ -307,6 +308,26 @@ def test_report_pools_instants_across_bags(tmp_path: Path) -> None:
     assert {p.name for p in paths} == {"fleet_report.json", "fleet_report.md", "error_over_horizon.png", "bags.png"}
     text = (tmp_path / "fleet_report.md").read_text()
     assert "| broken | failed: cannot open the bag: no metadata |" in text and "2.00 / 2.00" in text
+
+
+def test_markdown_report_carries_no_markup_from_names_or_reasons(tmp_path: Path) -> None:
+    from wam_diff2_ros.fleet.report import build_report
+    from wam_diff2_ros.fleet.report_text import markdown
+
+    hostile = '<img src=x onerror="alert(1)">'
+    records = [
+        _scripted_bag(tmp_path, hostile, 4.0, [(1.0, 1.0), (2.0, None)]),
+        _scripted_bag(tmp_path, "x](javascript:alert(1))", 4.0, [(1.0, 2.0)]),
+        BagRecord(name="broken", bag="/b", status=FAILED, reason="<!--<script>|\nnext &amp;"),
+    ]
+    for name in (hostile, records[1].name):
+        (tmp_path / "bags" / name / "report.html").write_text("x")  # linked from its rows
+    text = markdown(build_report(tmp_path, records, {"model": "</script>"}))
+    assert "<" not in text and ">" not in text  # no tag, no comment can open
+    assert f"[&lt;img src=x onerror=&quot;alert(1)&quot;&gt;](bags/{quote(hostile)}/report.html)" in text
+    assert "| [x\\](javascript:alert(1))](bags/x%5D%28javascript%3Aalert%281%29%29/report.html) |" in text
+    assert "| broken | failed: &lt;!--&lt;script&gt;\\| next &amp;amp; |" in text  # one row, inert
+    assert "Model &lt;/script&gt;" in text
 
 
 def test_command_line_errors(tmp_path: Path, capsys) -> None:

@@ -216,3 +216,68 @@ def test_five_thousand_plans_stay_usable(browser, tmp_path) -> None:
         "#plan-table tbody tr"
     ).first.get_attribute("data-instant")
     assert page.errors == [] and page.requests == []
+
+
+# --- text that must not break the page -------------------------------------------------------------------------
+
+HOSTILE = [
+    "<!--<script>",
+    "</script><script>window.__pwned = 1</script>",
+    '<img src=x onerror="window.__pwned = 2">',
+    "line\u2028separator\u2029paragraph",
+    '\'"><svg onload="window.__pwned = 3"></svg>&amp;<![CDATA[',
+    "__DATA__ __TITLE__ <\\/script>",
+]
+
+
+def hostile_report(path: Path) -> tuple[Path, list[dict[str, Any]], dict[str, Any]]:
+    """A page whose every text field (answer, reason, command, bag, model, notes, engine) holds a hostile string."""
+    records, instants, metrics = synthetic(12)
+    for k, record in enumerate(records):
+        text = HOSTILE[k % len(HOSTILE)]
+        record.update(command=text, reason=text, raw_text=text)
+    metrics["run"] = {"model": HOSTILE[1], "bag": f"/bags/{HOSTILE[0]}", "device": HOSTILE[2], "dtype": HOSTILE[3],
+                      "decoding_engine": HOSTILE[4], "params_hash": HOSTILE[5]}  # fmt: skip
+    metrics["notes"] = list(HOSTILE)
+    return write_report_page(path, metrics, records, instants, StraightTrack()), records, metrics
+
+
+@pytest.mark.core
+def test_embedded_data_holds_no_markup_characters(tmp_path) -> None:
+    from wam_diff2_ros.replay.html_safe import embed_json
+
+    for text in HOSTILE:
+        embedded = embed_json({"text": text})
+        assert json.loads(embedded) == {"text": text}
+        assert not set(embedded) & set("<>&\u2028\u2029"), embedded
+    page = hostile_report(tmp_path / "report.html")[0].read_text()
+    start = page.index('id="report-data">') + len('id="report-data">')
+    data = page[start : page.index("</script>", start)]
+    assert not set(data) & set("<>&\u2028\u2029") and json.loads(data)["summary"]["notes"] == HOSTILE
+
+
+def test_hostile_text_leaves_the_page_whole_and_inert(browser, tmp_path) -> None:
+    from wam_diff2_ros.replay.report_page import summary_items
+
+    path, records, metrics = hostile_report(tmp_path / "report.html")
+    page = Page(browser, path)
+    assert page.page.evaluate("() => window.__pwned") is None  # nothing ran
+    assert page.page.evaluate("() => document.querySelectorAll('img, iframe, svg svg, svg[onload]').length") == 0
+    assert page.page.evaluate("() => document.scripts.length") == 2  # the data element and the page's own script
+    assert page.rows() == len(records) and page.page.inner_text("#count") == f"({len(records)} of {len(records)})"
+    text_of = "(sel) => [...document.querySelectorAll(sel)].map((e) => e.textContent)"
+    summary = page.page.evaluate(text_of, "#summary-table td")
+    assert summary == [str(v) for item in summary_items(metrics) for v in item]
+    assert page.page.evaluate(text_of, "#notes div") == HOSTILE
+    assert page.page.evaluate(text_of, "#plan-table tbody td.reason") == [r["reason"] for r in records]
+    commands = page.page.evaluate(text_of, "#plan-table tbody td:nth-child(3)")
+    assert commands == [r.get("command", "") for r in records]
+    assert page.page.evaluate("() => document.getElementById('subtitle').textContent") == f"bag /bags/{HOSTILE[0]}"
+    assert page.page.title() == f"wam-diff2-replay: {HOSTILE[1]} on {HOSTILE[0]}"
+    row = page.page.locator("#plan-table tbody tr").nth(2)
+    row.click()
+    info = page.page.evaluate("() => document.getElementById('frame-info').textContent")
+    assert f"model answer: {records[2]['raw_text']}" in info and records[2]["reason"] in info
+    page.page.fill("#filter", "onerror")
+    assert page.rows() == sum("onerror" in r.get("command", "") or "onerror" in r["reason"] for r in records) > 0
+    assert page.page.evaluate("() => window.__pwned") is None and page.errors == [] and page.requests == []

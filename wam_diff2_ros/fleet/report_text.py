@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
+from urllib.parse import quote
+
+from wam_diff2_ros.replay.html_safe import escape_text
 
 LABELS = ("1s", "2s", "3s", "4s")
 
@@ -21,9 +24,14 @@ def _errors(m: Mapping[str, Any]) -> list[str]:
     return [f"{_num(m.get(f'ade_{h}'))} / {_num(m.get(f'fde_{h}'))}" for h in LABELS]
 
 
+def _cell(value: Any) -> str:
+    """A table cell's text: no markup (entities for ``<``, ``>``, ``&``), no column or row break."""
+    return escape_text(value).replace("|", "\\|").replace("\r", " ").replace("\n", " ")
+
+
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(str(c).replace("|", "\\|").replace("\n", " ") for c in row) + " |" for row in rows]
+    lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
     return [*lines, ""]
 
 
@@ -38,7 +46,10 @@ def _metric_cells(m: Mapping[str, Any]) -> list[str]:
 def _bag_link(bag: Mapping[str, Any]) -> str:
     links = bag.get("links") or {}
     target = links.get("report.html") or links.get("summary.txt")
-    return f"[{bag['name']}]({target})" if target else str(bag["name"])
+    if not target:
+        return str(bag["name"])
+    text = str(bag["name"]).replace("[", "\\[").replace("]", "\\]")
+    return f"[{text}]({quote(str(target))})"  # the target percent-encoded: no ")" or space can end it
 
 
 def markdown(report: Mapping[str, Any]) -> str:
@@ -48,7 +59,7 @@ def markdown(report: Mapping[str, Any]) -> str:
     lines = [
         "# Fleet evaluation",
         "",
-        f"Model `{settings.get('model', '?')}` (sha256 {str(settings.get('model_sha256', '?'))[:16]}), "
+        f"Model {escape_text(settings.get('model', '?'))} (sha256 {str(settings.get('model_sha256', '?'))[:16]}), "
         f"{report['bags_total']} bag(s): {report['bags_done']} replayed, {report['bags_failed']} failed. "
         f"{pooled['planning_instants']} planning instant(s), {pooled['blocked']} blocked. "
         "ADE/FDE against each bag's odometry, pooled over instants.",
@@ -69,7 +80,9 @@ def markdown(report: Mapping[str, Any]) -> str:
             ["speed", *METRIC_HEADER], [[band, *_metric_cells(m)] for band, m in pooled["by_speed"].items()]
         )
     if pooled.get("invalid_reasons"):
-        lines += ["Invalid plans by reason: " + "; ".join(f"{r} ({n}x)" for r, n in pooled["invalid_reasons"].items())]
+        lines += [
+            "Invalid plans by reason: " + "; ".join(f"{_cell(r)} ({n}x)" for r, n in pooled["invalid_reasons"].items())
+        ]
         lines += [""]
     lines += [*(f"![{p.rsplit('/', 1)[-1]}]({p})" for p in report.get("plots", [])), ""]
     lines += ["## Bags", ""]

@@ -8,13 +8,14 @@ path over a bird's-eye view (canvas). Waypoints are rounded to centimetres; 5,00
 
 from __future__ import annotations
 
-import html
-import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
+
+from wam_diff2_ros.replay.html_safe import embed_json, escape_text
 
 TEMPLATE = "report_page.html"
 RAW_TEXT_CHARS = 400  # the model's answer shown per plan (the full text is in predictions.jsonl)
@@ -147,10 +148,11 @@ def write_report_page(
         "error_curve": list(metrics.get("error_curve", [])),
         "rows": plan_rows(records, instants, track, horizons, metric_horizons),
     }
-    payload = json.dumps(data, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-    payload = payload.replace("</", "<\\/")  # the JSON cannot end its <script> element
+    values = {
+        "TITLE": escape_text(f"wam-diff2-replay: {run.get('model', '?')} on {Path(str(run.get('bag', '?'))).name}"),
+        "DATA": embed_json(data),
+    }
     template = resources.files("wam_diff2_ros.replay").joinpath(TEMPLATE).read_text(encoding="utf-8")
-    title = html.escape(f"wam-diff2-replay: {run.get('model', '?')} on {Path(str(run.get('bag', '?'))).name}")
-    page = template.replace("__TITLE__", title).replace("__DATA__", payload)
+    page = re.sub(r"__(TITLE|DATA)__", lambda m: values[m.group(1)], template)  # one pass: no value is re-read
     path.write_text(page, encoding="utf-8")
     return path
