@@ -8,6 +8,7 @@ import shutil
 import struct
 import sys
 import warnings
+import zlib
 from pathlib import Path
 
 import pytest
@@ -423,3 +424,97 @@ def test_type_name_helpers():
     assert stamp_to_ns(Time(sec=3, nanosec=5)) == 3 * NS + 5
     with pytest.raises(TypeError):
         msgtype_of(dict)
+
+
+# --- a damaged summary -----------------------------------------------------------------------------------------
+
+
+def _summary_records(data: bytes) -> tuple[int, int, list[tuple[int, int, int]]]:
+    """The summary's start, the footer's offset and each summary record's ``(opcode, offset, length)``."""
+    footer = len(data) - 8 - 29
+    start = struct.unpack_from("<Q", data, footer + 9)[0]
+    records, pos = [], start
+    while pos < footer:
+        opcode, length = data[pos], struct.unpack_from("<Q", data, pos + 1)[0]
+        records.append((opcode, pos, length))
+        pos += 9 + length
+    return start, footer, records
+
+
+def _flip(data: bytearray, start: int, end: int) -> None:
+    for i in range(start, end):
+        data[i] ^= 0xFF
+
+
+def _damage(kind: str, data: bytearray) -> None:
+    start, footer, records = _summary_records(bytes(data))
+    if kind == "every summary byte":
+        _flip(data, start, footer)
+    elif kind == "channel opcodes":  # rosbags would skip them: no topic
+        for opcode, at, _ in records:
+            if opcode == 0x04:
+                _flip(data, at, at + 1)
+    elif kind == "chunk index offset":  # rosbags would read nothing, or the wrong bytes
+        at = next(at for opcode, at, _ in records if opcode == 0x08)
+        struct.pack_into("<Q", data, at + 9 + 16, struct.unpack_from("<Q", data, at + 9 + 16)[0] + 1)
+    elif kind == "statistics":  # a valid record, counting one channel less
+        at = next(at for opcode, at, _ in records if opcode == 0x0B)
+        struct.pack_into("<I", data, at + 9 + 10, struct.unpack_from("<I", data, at + 9 + 10)[0] - 1)
+    elif kind == "footer":
+        _flip(data, footer + 9, footer + 17)
+    elif kind == "channel text, with a checksum":  # structurally valid: only the summary CRC can tell
+        at = next(at for opcode, at, _ in records if opcode == 0x04)
+        crc = zlib.crc32(bytes(data[footer : footer + 25]), zlib.crc32(bytes(data[start:footer])))
+        struct.pack_into("<I", data, footer + 25, crc)  # the checksum of the intact summary, as rosbag2 writes it
+        _flip(data, at + 9 + 8, at + 9 + 10)  # then the topic name's first bytes
+
+
+@pytest.fixture(scope="module")
+def sample_drive(tmp_path_factory):
+    """The synthetic sample drive (the project's own writer) and every message in it, read normally."""
+    from wam_diff2_ros.sim import make_sample_bag
+
+    bag = make_sample_bag(tmp_path_factory.mktemp("drive") / "drive", seconds=2.0, width=160, height=96).path
+    with BagReader(bag) as reader:
+        assert reader.damaged is None
+        topics = {name: info.msgtype for name, info in reader.topics.items()}
+        return bag, topics, list(reader.raw_messages())
+
+
+@pytest.mark.parametrize(
+    "kind",
+    ["every summary byte", "channel opcodes", "chunk index offset", "statistics", "footer",
+     "channel text, with a checksum"],
+)  # fmt: skip
+@pytest.mark.parametrize("open_as", ["folder", "mcap file"])
+def test_damaged_summary_is_reported_and_the_chunks_salvaged(sample_drive, tmp_path, kind, open_as):
+    bag, topics, clean = sample_drive
+    copy = tmp_path / "drive"
+    shutil.copytree(bag, copy)
+    mcap = next(copy.glob("*.mcap"))
+    data = bytearray(mcap.read_bytes())
+    _damage(kind, data)
+    mcap.write_bytes(bytes(data))
+    with BagReader(copy if open_as == "folder" else mcap) as reader:
+        assert reader.damaged and "summary" in reader.damaged and mcap.name in reader.damaged
+        assert {name: info.msgtype for name, info in reader.topics.items()} == topics
+        got = []
+        with pytest.raises(BagReadError, match="damaged summary") as err:
+            for message in reader.raw_messages():
+                got.append(message)
+    assert sorted(got, key=lambda m: (m[2], m[0])) == sorted(clean, key=lambda m: (m[2], m[0]))  # every message
+    assert "is damaged" in str(err.value)
+
+
+def test_summary_check_accepts_intact_files(sample_drive, tmp_path):
+    from wam_diff2_ros.bag.salvage import summary_problem
+
+    bag, _, _ = sample_drive
+    data = bytearray(next(bag.glob("*.mcap")).read_bytes())
+    assert summary_problem(next(bag.glob("*.mcap"))) is None
+    start, footer, _ = _summary_records(bytes(data))
+    struct.pack_into(
+        "<I", data, footer + 25, zlib.crc32(bytes(data[footer : footer + 25]), zlib.crc32(bytes(data[start:footer])))
+    )
+    (tmp_path / "with_crc.mcap").write_bytes(bytes(data))
+    assert summary_problem(tmp_path / "with_crc.mcap") is None  # a correct checksum passes

@@ -2,9 +2,9 @@
 
 :meth:`BagReader.messages` yields ``(topic, msgtype, stamp_ns, msg)`` in receive-time order with ``msg``
 deserialised by ``rclpy.serialization.deserialize_message``. Messages of types that cannot be imported are
-skipped and counted (one :class:`BagWarning` per type). A damaged MCAP file is read by
-:mod:`wam_diff2_ros.bag.salvage`: everything that decodes is yielded, then a :class:`BagReadError` names the
-file, the byte offset reached and how many messages came through.
+skipped and counted (one :class:`BagWarning` per type). A damaged MCAP file (cut short, or its summary
+damaged) is read by :mod:`wam_diff2_ros.bag.salvage`: everything that decodes is yielded, then a
+:class:`BagReadError` names the file, the byte offset reached and how many messages came through.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 from rclpy.serialization import deserialize_message
 from rosbags.rosbag2 import Reader as _RosbagsReader
 
-from wam_diff2_ros.bag.salvage import McapScan
+from wam_diff2_ros.bag.salvage import McapScan, summary_problem
 from wam_diff2_ros.bag.types import BagMessage, BagNotFoundError, BagReadError, BagWarning, TopicInfo, message_class
 
 
@@ -33,6 +33,10 @@ class _Part:
         try:
             reader = _RosbagsReader(path)
             reader.open()
+            damage = summary_problem(path) if path.suffix == ".mcap" else None
+            if damage:  # rosbags would read messages through it: a wrong index, channels or nothing at all
+                reader.close()
+                raise BagReadError(damage)
             self.reader = reader
         except FileNotFoundError as exc:
             raise BagNotFoundError(f"{path}: {exc}") from exc
@@ -41,6 +45,8 @@ class _Part:
             if path.suffix != ".mcap":
                 raise BagReadError(f"cannot open {path}: {exc}") from exc
             self.scan = McapScan(path)
+            if not self.scan.problems:  # the data section is whole: what failed is the summary
+                self.scan.problems.append(f"damaged summary ({exc}); the messages are read from the chunks")
 
     def topics(self) -> list[TopicInfo]:
         if self.reader is not None:
@@ -78,7 +84,9 @@ class _Part:
             topic, msgtype, _ = self.scan.channels[channel]
             yield stamp, topic, msgtype, payload
         where = "; ".join(self.scan.problems) or f"unreadable after byte {self.scan.reached}"
-        errors.append(f"{self.path}: {where} (opening normally failed: {self.problem})")
+        if self.problem and self.problem not in where:
+            where += f" (opening normally failed: {self.problem})"
+        errors.append(f"{self.path}: {where}")
 
     def close(self) -> None:
         if self.reader is not None and self.reader.is_open:
@@ -124,11 +132,13 @@ class BagReader:
 
     def _folder_paths(self, folder: Path) -> list[Path]:
         if (folder / "metadata.yaml").is_file():
-            try:  # the normal case: rosbags reads the whole folder
+            try:  # the normal case: rosbags reads the whole folder, unless a file's summary is damaged
                 reader = _RosbagsReader(folder)
                 reader.open()
                 reader.close()
-                return [folder]
+                files = self._files_from_metadata(folder)
+                damaged = any(summary_problem(f) for f in files if f.suffix == ".mcap")
+                return files if damaged else [folder]
             except Exception as exc:
                 files = self._files_from_metadata(folder)
                 if not files:

@@ -1,5 +1,6 @@
-"""Recovery scanner for MCAP files ``rosbags`` cannot open (cut short while recording, overwritten tail, bad
-index): a forward scan of the data section that stops cleanly where the file is damaged.
+"""Recovery scanner for MCAP files ``rosbags`` cannot open or whose summary is damaged (cut short while recording,
+overwritten tail, bad index): :func:`summary_problem` checks the summary before it is trusted; :class:`McapScan`
+is a forward scan of the data section that stops cleanly where the file is damaged.
 """
 
 from __future__ import annotations
@@ -16,6 +17,91 @@ from typing import Any
 from wam_diff2_ros.bag.types import BagReadError
 
 MCAP_MAGIC = b"\x89MCAP0\r\n"
+_FOOTER = 8 + 1 + 8 + 20  # the footer record (opcode, length, summary start, offset start, crc) and the magic
+#: Records a summary section may hold: schema, channel, chunk index, attachment index, statistics, metadata
+#: index, summary offset.
+_SUMMARY_OPCODES = {0x03, 0x04, 0x08, 0x0A, 0x0B, 0x0D, 0x0E}
+
+
+def summary_problem(path: Path) -> str | None:
+    """What is wrong with the summary of the MCAP file at ``path`` (None: nothing found; also None for a file
+    without a summary, which readers handle by scanning). Checked: the footer and its summary CRC, that every
+    summary record lies inside the summary with a known opcode, that schemas and channels decode, that each chunk
+    index matches the chunk it points to, and that the statistics count the schemas, channels and chunks found."""
+    with path.open("rb") as bio:
+        size = bio.seek(0, 2)
+        if size < 8 + _FOOTER:
+            return None
+        bio.seek(size - _FOOTER)
+        tail = bio.read(_FOOTER)
+        if tail[-8:] != MCAP_MAGIC or tail[0] != 0x02:
+            return None  # no footer: cut short, for the scan to say
+        summary_start, offsets_start, crc = struct.unpack_from("<QQI", tail, 9)
+        if summary_start == 0:
+            return None  # written without a summary
+        footer_at = size - _FOOTER
+        if not 8 <= summary_start <= footer_at or not (
+            offsets_start == 0 or summary_start <= offsets_start <= footer_at
+        ):
+            return f"the footer points outside the file (summary at byte {summary_start} of {size})"
+        bio.seek(summary_start)
+        summary = bio.read(footer_at - summary_start)
+        if crc and zlib.crc32(tail[:25], zlib.crc32(summary)) != crc:
+            return "summary checksum mismatch"
+        try:
+            return _check_summary(bio, summary, summary_start)
+        except (struct.error, UnicodeDecodeError, ValueError) as exc:
+            return f"malformed summary record ({exc})"
+
+
+def _check_summary(bio: Any, summary: bytes, summary_start: int) -> str | None:
+    found: Counter[int] = Counter()
+    statistics: tuple[int, ...] | None = None
+    schemas = {0}
+    channels_schemas = []
+    pos = 0
+    while pos < len(summary):
+        if pos + 9 > len(summary):
+            return f"summary record header cut at byte {summary_start + pos}"
+        opcode, length = summary[pos], struct.unpack_from("<Q", summary, pos + 1)[0]
+        body = summary[pos + 9 : pos + 9 + length]
+        if opcode not in _SUMMARY_OPCODES or len(body) < length:
+            return f"summary record at byte {summary_start + pos} is not valid (opcode 0x{opcode:02x}, {length} bytes)"
+        found[opcode] += 1
+        if opcode == 0x03:
+            schemas.add(struct.unpack_from("<H", body)[0])
+            _mcap_string(body, 2)
+        elif opcode == 0x04:
+            channels_schemas.append(struct.unpack_from("<H", body, 2)[0])
+            _mcap_string(body, _mcap_string(body, 4)[1])
+        elif opcode == 0x08:
+            problem = _check_chunk_index(bio, body, summary_start)
+            if problem:
+                return problem
+        elif opcode == 0x0B:
+            statistics = struct.unpack_from("<QHIIIII", body)
+        pos += 9 + length
+    if any(schema not in schemas for schema in channels_schemas):
+        return "a summary channel names a schema the summary lacks"
+    if statistics is not None:
+        _, schema_count, channel_count, _, _, chunk_count, _ = statistics
+        if (schema_count, channel_count, chunk_count) != (found[0x03], found[0x04], found[0x08]):
+            return (
+                f"summary statistics ({schema_count} schemas, {channel_count} channels, {chunk_count} chunks) do not "
+                f"match its records ({found[0x03]}, {found[0x04]}, {found[0x08]})"
+            )
+    return None
+
+
+def _check_chunk_index(bio: Any, body: bytes, summary_start: int) -> str | None:
+    start_ns, end_ns, offset, length = struct.unpack_from("<QQQQ", body)
+    if not 8 <= offset < offset + length <= summary_start or length < 9 + 40:
+        return f"a chunk index points outside the data section (byte {offset}, {length} bytes)"
+    bio.seek(offset)
+    head = bio.read(9 + 16)
+    if head[0] != 0x06 or struct.unpack_from("<QQQ", head, 1) != (length - 9, start_ns, end_ns):
+        return f"a chunk index does not match the chunk at byte {offset}"
+    return None
 
 
 @dataclass
