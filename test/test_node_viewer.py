@@ -5,6 +5,7 @@ invalid port fails configure with the reason. (The plans it carries: test_viewer
 
 from __future__ import annotations
 
+import os
 import socket
 from pathlib import Path
 
@@ -16,6 +17,7 @@ pytest.importorskip("websockets", reason="the protocol client needs websockets (
 pytest.importorskip("google.protobuf", reason="decoding needs protobuf (pip install '.[test]')")
 
 from foxglove_client import FoxgloveClient  # noqa: E402
+from listening import listening_sockets  # noqa: E402
 from node_helpers import ScriptedEngine  # noqa: E402
 from rclpy.lifecycle import TransitionCallbackReturn  # noqa: E402
 from rclpy.parameter import Parameter  # noqa: E402
@@ -64,6 +66,8 @@ def test_node_serves_the_view_from_configure_to_cleanup(make_node) -> None:
     assert node.trigger_configure() == SUCCESS
     view = node._worker.view
     assert view is not None and view.url == f"ws://127.0.0.1:{port}"
+    listeners = {s for s in listening_sockets({os.getpid()}) if s.port == port}
+    assert listeners and all(s.loopback for s in listeners), sorted(map(str, listeners))  # not on 0.0.0.0
     client = FoxgloveClient(view.url)
     try:
         assert client.wait_for_channels(TOPICS.values())

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import sys
 import threading
@@ -25,6 +26,7 @@ pytest.importorskip("google.protobuf", reason="decoding needs protobuf (pip inst
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from foxglove_client import SUBPROTOCOLS, FoxgloveClient
+from listening import Listener, listening_sockets
 from node_helpers import ScriptedEngine
 
 from wam_diff2_ros.replay import EXIT_OK, ReplayOptions, replay
@@ -41,8 +43,9 @@ def sample_bag(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def served(sample_bag, tmp_path_factory) -> tuple[Any, FoxgloveClient, Path]:
-    """The replay with ``--serve 0 --serve-speed 0`` and a client subscribed to every channel."""
+def served(sample_bag, tmp_path_factory) -> tuple[Any, FoxgloveClient, Path, set[Listener]]:
+    """The replay with ``--serve 0 --serve-speed 0`` and a client subscribed to every channel; the sockets that
+    listened on the view's port."""
     out = tmp_path_factory.mktemp("served") / "run"
     options = ReplayOptions(
         bag=sample_bag, out=out, model=str(out.parent), progress=False, serve_port=0, serve_speed=0.0
@@ -63,13 +66,15 @@ def served(sample_bag, tmp_path_factory) -> tuple[Any, FoxgloveClient, Path]:
     )
     thread.start()
     assert ready.wait(WAIT_S), "the replay never announced its live view"
+    port = int(url[0].rsplit(":", 1)[1])
+    listeners = {s for s in listening_sockets({os.getpid()}) if s.port == port}  # while it waits for a client
     client = FoxgloveClient(url[0])
     client.subscribe(TOPICS.values())  # the replay starts once a client subscribes
     thread.join(WAIT_S)
     assert not thread.is_alive(), "the replay did not finish"
     # the server stops once the replay ends: the reader thread ends when the connection closes
     client._thread.join(WAIT_S)
-    return result["r"], client, out
+    return result["r"], client, out, listeners
 
 
 def _records(out: Path) -> dict[int, dict[str, Any]]:
@@ -82,7 +87,7 @@ def _stamp_ns(stamp: Any) -> int:
 
 
 def test_client_speaks_the_offered_subprotocol(served) -> None:
-    result, client, _ = served
+    result, client, _, _ = served
     assert result.exit_code == EXIT_OK
     assert client.subprotocol in SUBPROTOCOLS
     assert client.server_info["op"] == "serverInfo" and client.server_info["name"] == "wam-diff2-replay"
@@ -93,8 +98,13 @@ def test_client_speaks_the_offered_subprotocol(served) -> None:
     assert schemas[TOPICS["calibration"]] == "foxglove.CameraCalibration"
 
 
+def test_the_view_listens_on_loopback_by_default(served) -> None:
+    *_, listeners = served
+    assert listeners and all(s.loopback for s in listeners), sorted(map(str, listeners))
+
+
 def test_received_plans_equal_the_runtime_plans(served) -> None:
-    _, client, out = served
+    _, client, out, _ = served
     records = _records(out)
     infos = client.messages(TOPICS["info"])
     scenes = client.messages(TOPICS["plan"])
@@ -122,7 +132,7 @@ def test_received_plans_equal_the_runtime_plans(served) -> None:
 
 
 def test_fixed_frame_plan_transforms_and_ego_path(served) -> None:
-    _, client, out = served
+    _, client, out, _ = served
     records = _records(out)
     fixed = client.messages(TOPICS["plan_fixed"])
     assert fixed
@@ -152,7 +162,7 @@ def test_fixed_frame_plan_transforms_and_ego_path(served) -> None:
 def test_camera_image_is_a_jpeg_of_the_front_frame(served) -> None:
     import cv2
 
-    _, client, out = served
+    _, client, out, _ = served
     records = _records(out)
     images = client.messages(TOPICS["image"])
     assert images  # the first plan's image at least (the rate cap keeps later ones out of a fast replay)
@@ -168,7 +178,7 @@ def test_camera_image_is_a_jpeg_of_the_front_frame(served) -> None:
 
 
 def test_diagnostics_count_every_plan(served) -> None:
-    _, client, out = served
+    _, client, out, _ = served
     diagnostics = client.messages(TOPICS["diagnostics"])
     assert diagnostics
     last = diagnostics[-1].message
