@@ -182,9 +182,10 @@ def test_fleet_run_rerun_and_killed_workers(drives: Path, tmp_path: Path, monkey
 
 
 @pytest.mark.slow
-def test_embedded_ray_runs_with_a_private_token_for_the_run() -> None:
+def test_embedded_ray_runs_with_a_private_token_for_the_run(monkeypatch) -> None:
     from wam_diff2_ros.fleet.pool import ray_session
 
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:1")  # no cluster there: the embedded Ray starts all the same
     before = {k: os.environ.get(k) for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH")}
     with ray_session(RayConfig(num_cpus=1, object_store_mb=100)) as ray:
         token = Path(os.environ["RAY_AUTH_TOKEN_PATH"])

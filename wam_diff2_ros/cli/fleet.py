@@ -49,8 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = replay_cli._Parser(
         prog="wam-diff2-fleet",
         description="Replay many bags through the WAM-Diff2 node's planning path (as wam-diff2-replay does one) on "
-        "Ray workers that load the model once each, and report per bag and pooled. Ray starts inside the command "
-        "unless --ray-address names a cluster. A rerun with the same --out skips bags already complete.",
+        "Ray workers that load the model once each, and report per bag and pooled. Ray starts inside the command, "
+        "reachable from this machine only, unless --ray-address names a cluster. A rerun with the same --out skips "
+        "bags already complete.",
         epilog="Exit codes: 0 every bag replayed; 1 Ray or the model could not start; 2 bad command line or inputs; "
         "3 some bags failed (recorded with their reasons, the others complete); 130 interrupted.",
     )

@@ -8,7 +8,8 @@
 Each bag goes through the replay's own per-bag function (:func:`wam_diff2_ros.replay.replay`: the node's
 ``PlannerRuntime``, input table and schedule), on Ray actors that load the model once each
 (:mod:`~wam_diff2_ros.fleet.worker`, :mod:`~wam_diff2_ros.fleet.pool`). Without ``--ray-address`` Ray starts
-inside the command on this machine's cores.
+inside the command on this machine's cores, listening on 127.0.0.1 only, with a token made for the run
+(:mod:`~wam_diff2_ros.fleet.local_ray`).
 
 Outputs in ``DIR``: ``bags/<name>/`` per bag — the replay's outputs (``out/``, ``predictions.jsonl``,
 ``metrics.json``, ``plots/``, ``summary.txt``) plus ``fleet.json`` (status, reason, result key) and

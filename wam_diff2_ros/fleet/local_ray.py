@@ -50,16 +50,18 @@ def local_ray_environment() -> Iterator[Path]:
 
     folder = Path(tempfile.mkdtemp(prefix="wam-diff2-ray-"))  # mode 0700
     saved_env = {k: os.environ.get(k) for k in (*LOCAL_ENV, *_AUTH_ENV)}
-    saved_cluster = ray_constants.ENABLE_RAY_CLUSTER
+    saved_cluster = getattr(ray_constants, "ENABLE_RAY_CLUSTER", None)  # None: a Ray without the switch
     try:
         token = write_token(folder)
         os.environ.pop("RAY_AUTH_TOKEN", None)  # a token in the environment would win over the file
         os.environ.update({**LOCAL_ENV, TOKEN_PATH_ENV: str(token)})
-        ray_constants.ENABLE_RAY_CLUSTER = False  # the import-time reading of the variable above
+        if saved_cluster is not None:
+            ray_constants.ENABLE_RAY_CLUSTER = False  # the import-time reading of the variable above
         _reload_auth_config()
         yield token
     finally:
-        ray_constants.ENABLE_RAY_CLUSTER = saved_cluster
+        if saved_cluster is not None:
+            ray_constants.ENABLE_RAY_CLUSTER = saved_cluster
         for key, value in saved_env.items():
             if value is None:
                 os.environ.pop(key, None)

@@ -61,6 +61,7 @@ def ray_session(config: RayConfig) -> Iterator[Any]:
             yield ray
         return
     kwargs: dict[str, Any] = {
+        "address": "local",  # a new Ray here, whatever RAY_ADDRESS says: a cluster is chosen with --ray-address
         "num_cpus": config.num_cpus or os.cpu_count() or 1,
         "object_store_memory": config.object_store_mb << 20,
         "include_dashboard": config.dashboard,
