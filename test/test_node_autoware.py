@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 import threading
 import time
 
@@ -34,6 +35,7 @@ from node_helpers import (  # noqa: E402
     SensorFeeder,
     diagnostic_status,
     node_command,
+    wait_until,
     write_params,
 )
 
@@ -256,3 +258,44 @@ def test_an_unknown_signal_value_is_refused_with_its_reason(node, feeder, signal
     finally:
         signal.value = TurnIndicatorsCommand.ENABLE_LEFT
     assert node.alive()
+
+
+def test_a_missing_autoware_package_fails_configure_naming_it(tmp_path, harness) -> None:
+    """The node without autoware_planning_msgs (hidden from its interpreter): configure fails, names the package
+    and how to build it, and the node stays up."""
+    hide = tmp_path / "hide"
+    hide.mkdir()
+    (hide / "sitecustomize.py").write_text("import sys\nsys.modules['autoware_planning_msgs'] = None\n")
+    params = write_params(tmp_path / "p.yaml", {"model.path": str(tmp_path), "autoware.outputs": True})
+
+    env = {"PYTHONPATH": os.pathsep.join([str(hide), os.environ.get("PYTHONPATH", "")])}
+    process = NodeProcess(node_command([params], "-r", "__ns:=/no_autoware"), tmp_path / "node.log", env=env)
+    try:
+        assert wait_until(lambda: "configure failed" in process.output(), timeout=60), process.output()
+        log = process.output()
+        assert "autoware.outputs needs the message package(s) autoware_planning_msgs" in log
+        assert "wam-diff2-build-interfaces" in log and "ros-$ROS_DISTRO-autoware-planning-msgs" in log
+        assert harness.lifecycle_state("/no_autoware/wam_diff2") == "unconfigured" and process.alive()
+    finally:
+        assert process.stop() == 0
+
+
+def test_diagnostics_warn_when_plans_come_slower_than_the_followers_timeout() -> None:
+    from wam_diff2_ros.core.timing import StageTiming
+    from wam_diff2_ros.ros.autoware import FOLLOWER_TIMEOUT_S
+    from wam_diff2_ros.ros.diagnostics import NodeHealth
+
+    def planning(health, now_ns):
+        return diagnostic_status(health.diagnostics(now_ns), "planning")
+
+    health = NodeHealth("wam_diff2")
+    health.follower_timeout_s = FOLLOWER_TIMEOUT_S
+    health.plan_done(True, "", StageTiming(), 0, 0)
+    health.plan_done(True, "", StageTiming(), 500_000_000, 0)
+    assert planning(health, 600_000_000).level == DiagnosticStatus.OK
+    health.plan_done(True, "", StageTiming(), 1_700_000_000, 0)
+    status = planning(health, 1_800_000_000)
+    assert status.level == DiagnosticStatus.WARN
+    assert "1.20 s apart, slower than the trajectory follower's 0.9 s timeout" in status.message
+    health.follower_timeout_s = 0.0  # without autoware.outputs: no such warning
+    assert planning(health, 1_800_000_000).level == DiagnosticStatus.OK

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import functools
 import importlib
-import importlib.util
 import math
 import uuid
 from collections.abc import Sequence
@@ -39,8 +38,14 @@ FOLLOWER_TIMEOUT_S = 0.9
 
 
 def missing_packages(packages: Sequence[str]) -> list[str]:
-    """Those of ``packages`` that do not import here."""
-    return [name for name in packages if importlib.util.find_spec(name) is None]
+    """Those of ``packages`` whose messages do not import here."""
+    missing = []
+    for name in packages:
+        try:
+            importlib.import_module(f"{name}.msg")
+        except ImportError:
+            missing.append(name)
+    return missing
 
 
 def build_hint(packages: Sequence[str]) -> str:
