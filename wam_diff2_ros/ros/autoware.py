@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import functools
 import importlib
-import math
 import uuid
 from collections.abc import Sequence
 from types import SimpleNamespace
@@ -26,6 +25,7 @@ from wam_diff2_ros.core.trajectory_points import TimedPoint
 from wam_diff2_ros.core.units import NS_PER_S
 
 from .conversions import ns_to_duration, ns_to_stamp
+from .outputs import yaw_to_quaternion
 from .params import NodeConfig
 
 OUTPUT_PACKAGES = ("autoware_planning_msgs", "autoware_internal_planning_msgs", "unique_identifier_msgs")
@@ -104,7 +104,7 @@ def trajectory_msg(points: Sequence[TimedPoint], frame_id: str, stamp_ns: int, m
         out = msgs.TrajectoryPoint()
         out.time_from_start = ns_to_duration(round(point.t * NS_PER_S))
         out.pose.position.x, out.pose.position.y, out.pose.position.z = point.x, point.y, point.z
-        out.pose.orientation.z, out.pose.orientation.w = math.sin(point.yaw / 2.0), math.cos(point.yaw / 2.0)
+        out.pose.orientation = yaw_to_quaternion(point.yaw)  # as ~/output/path_fixed's poses
         out.longitudinal_velocity_mps = point.speed
         out.lateral_velocity_mps = 0.0
         out.acceleration_mps2 = point.acceleration
