@@ -9,6 +9,7 @@ with its hold; waypoints that duplicate the ego position give no Autoware trajec
 from __future__ import annotations
 
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -143,3 +144,13 @@ def test_waypoints_without_a_finite_trajectory_publish_nothing_with_the_reason(t
     assert planned and all(not m.msg.valid for m in planned)
     assert all("waypoint 1 duplicates the ego position" in m.msg.invalid_reason for m in planned)
     assert all(r["autoware_trajectory"] is None and not r["valid"] for r in read_predictions(tmp_path / "out"))
+
+
+def test_a_requested_autoware_output_without_its_messages_is_a_usage_error(tmp_path: Path, monkeypatch) -> None:
+    from wam_diff2_ros.replay import ReplayUsageError
+
+    bag = write_signal_bag(tmp_path / "drive", circle(5.0, 20.0), seconds=1.0)
+    monkeypatch.setitem(sys.modules, "autoware_internal_planning_msgs.msg", None)  # as if not installed
+    with pytest.raises(ReplayUsageError, match=r"needs the message package\(s\) autoware_internal_planning_msgs"):
+        known_replay(bag, tmp_path / "out", overrides=AUTOWARE)
+    assert not (tmp_path / "out" / "predictions.jsonl").exists()
