@@ -12,7 +12,8 @@ only from PyPI wheels, this tool does the same with CMake against the venv:
    <venv>``, builds, and installs into the venv: libraries in ``<venv>/lib`` (on the wheels'
    library path), generated Python modules in ``<venv>/lib/wam_diff2_ros_interfaces/wam_diff2_ros``
    (picked up by ``wam_diff2_ros/_interfaces.py``);
-4. checks in a fresh interpreter that ``from wam_diff2_ros.msg import PlannedTrajectory`` works.
+4. checks in a fresh interpreter that ``from wam_diff2_ros.msg import PlannedTrajectory`` works;
+5. builds the Autoware message packages the node speaks where they do not import (:mod:`.autoware`).
 
 Usage: ``wam-diff2-build-interfaces`` (or ``python -m wam_diff2_ros.cli.build_interfaces``) from
 the source checkout, with the venv's Python. ``--fix-cmake-only`` does step 1 alone (what a ``colcon
@@ -31,6 +32,8 @@ import sysconfig
 import time
 from collections.abc import Sequence
 from pathlib import Path
+
+from .autoware import build_autoware_interfaces
 
 PACKAGE = "wam_diff2_ros"
 INTERFACES_PYTHON_DIR = Path("lib", "wam_diff2_ros_interfaces")  # as in CMakeLists.txt
@@ -320,6 +323,9 @@ def build_interfaces(
             "must call wam_diff2_ros._interfaces.extend_package_path(__path__).",
             file=sys.stderr,
         )
+    built = build_autoware_interfaces(source, prefix, build_dir, jobs, _run, cmake, env, stage_sources)
+    elapsed = time.monotonic() - start
+    print(f"      Autoware messages built: {', '.join(built) or 'none needed'}  [{elapsed:.1f} s]")
     print(f"done in {elapsed:.1f} s (log: {log})")
     return elapsed
 

@@ -115,6 +115,11 @@ def replay(
         topic_map = select_topics(reader.topics, request, num_cameras)
         config_notes: list[str] = []
         config = build_config(options, values, topic_map, config_notes)
+        from wam_diff2_ros.ros.autoware import configure_problem
+
+        missing = configure_problem(config)  # a requested Autoware output or input without its messages
+        if missing:
+            raise ReplayUsageError(missing)
         for note in config_notes:
             log(f"model: {note}")
         if reader.damaged:

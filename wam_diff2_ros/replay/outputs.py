@@ -29,7 +29,8 @@ class Outputs:
         self.copied: set[str] = set()
         self.skipped_copies: list[str] = []
         try:
-            types = output_types(runtime.msgs, runtime.vision_msgs, config.debug_image)  # what the node publishes
+            # what the node publishes
+            types = output_types(runtime.msgs, runtime.vision_msgs, config.debug_image, runtime.autoware_msgs)
             for name in OUTPUT_TOPICS:
                 if name in types and (name != "detections" or options.detect):
                     self._declare(name, types[name], qos.publisher_qos(name))

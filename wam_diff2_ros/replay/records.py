@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -57,6 +58,7 @@ def plan_record(index: int, t_ns: int, bag_start_ns: int, cycle: Any, wall_ms: f
             if cycle.path_fixed is not None
             else None
         ),
+        autoware_trajectory=_autoware_points(cycle.autoware_trajectory),
         steps_per_block=list(result.steps_per_block),
         finished=bool(result.finished),
         confidence=float(result.confidence),
@@ -70,6 +72,28 @@ def plan_record(index: int, t_ns: int, bag_start_ns: int, cycle: Any, wall_ms: f
         timing=_timing_dict(result.timing, wall_ms),
     )
     return record
+
+
+def _autoware_points(trajectory: Any) -> list[dict[str, float]] | None:
+    """The Autoware trajectory's points (``autoware.outputs``; in the odometry's frame) or None."""
+    if trajectory is None:
+        return None
+    points = []
+    for p in trajectory.points:
+        q = p.pose.orientation
+        points.append(
+            {
+                "t": p.time_from_start.sec + p.time_from_start.nanosec / NS_PER_S,
+                "x": float(p.pose.position.x),
+                "y": float(p.pose.position.y),
+                "yaw": 2.0 * math.atan2(float(q.z), float(q.w)),
+                "v": float(p.longitudinal_velocity_mps),
+                "a": float(p.acceleration_mps2),
+                "heading_rate": float(p.heading_rate_rps),
+                "front_wheel_angle": float(p.front_wheel_angle_rad),
+            }
+        )
+    return points
 
 
 def error_record(index: int, t_ns: int, bag_start_ns: int, exc: BaseException, wall_ms: float) -> dict[str, Any]:

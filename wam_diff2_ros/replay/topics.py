@@ -24,7 +24,17 @@ NODE_PREFIX = f"/{DEFAULT_NODE_NAME}"
 #: replayed).
 OUTPUT_TOPICS = {
     name: absolute(NODE_TOPICS[name], NODE_PREFIX)
-    for name in ("path", "path_fixed", "trajectory", "trajectory_fixed", "markers", "detections", "debug_image")
+    for name in (
+        "path",
+        "path_fixed",
+        "trajectory",
+        "trajectory_fixed",
+        "autoware_trajectory",
+        "autoware_candidates",
+        "markers",
+        "detections",
+        "debug_image",
+    )
 }
 BAG_DIR_NAME = "out"
 OUTPUT_NAMES = (

@@ -99,6 +99,9 @@ class NodeHealth:
         self.dtype = ""
         self.inputs: dict[str, InputStatus] = {}
         self.detection_enabled = False
+        # > 0: a consumer drops a trajectory older than this (Autoware's follower, 0.9 s): WARN when valid plans
+        # come further apart (autoware.outputs)
+        self.follower_timeout_s = 0.0
         self._invalid: deque[bool] = deque(maxlen=invalid_rate_window)
         self._plan = _StageHealth()
         self._detection = _StageHealth()
@@ -195,7 +198,11 @@ class NodeHealth:
             statuses = [
                 self._model_status(hardware_id),
                 self._inputs_status(now_ns, ages, hardware_id),
-                self._plan.status(f"{self.node_name}: planning", now_ns, hardware_id, self._invalid_values(), "plan"),
+                self._follower_check(
+                    self._plan.status(
+                        f"{self.node_name}: planning", now_ns, hardware_id, self._invalid_values(), "plan"
+                    )
+                ),
                 (
                     self._detection.status(f"{self.node_name}: detection", now_ns, hardware_id, [], "detection")
                     if self.detection_enabled
@@ -206,6 +213,19 @@ class NodeHealth:
         array.header.stamp = ns_to_stamp(now_ns)
         array.status = statuses
         return array
+
+    def _follower_check(self, status: DiagnosticStatus) -> DiagnosticStatus:
+        """WARN on an OK planning status when valid plans come slower than the follower's timeout."""
+        interval = self._plan.interval_s
+        if self.follower_timeout_s > 0 and interval is not None:
+            status.values.append(_kv("valid_plan_interval_s", f"{interval:.2f}"))
+            if status.level == OK and interval > self.follower_timeout_s:
+                status.level = WARN
+                status.message = (
+                    f"valid plans come {interval:.2f} s apart, slower than the trajectory follower's "
+                    f"{self.follower_timeout_s:g} s timeout: it stops between plans"
+                )
+        return status
 
     def _invalid_values(self) -> list[KeyValue]:
         rate = sum(self._invalid) / len(self._invalid) if self._invalid else 0.0
@@ -257,6 +277,7 @@ class _StageHealth:
         self.level = WARN
         self.message = "no result yet"
         self.last_done_ns: int | None = None
+        self.interval_s: float | None = None  # between the last two valid results
         self.last_stamp_ns: int | None = None
         self.timing = StageTiming()
         self.valid = 0
@@ -274,6 +295,8 @@ class _StageHealth:
         self.timing, self.last_stamp_ns, self.count = timing, stamp_ns, count
         if valid:
             self.valid += 1
+            if self.last_done_ns is not None:
+                self.interval_s = (now_ns - self.last_done_ns) / NS_PER_S
             self.last_done_ns = now_ns
             self.level, self.message = OK, "ok" + (f" ({reason})" if reason else "")
         else:

@@ -9,8 +9,9 @@ subscription would hand it to, so a change here is a change in both.
 Roles: ``image`` (``sensor_msgs/Image`` or ``CompressedImage`` by ``cameras.transports``) and ``camera_info``
 per camera (``index`` = camera index), ``odometry``, ``acceleration``, ``command`` (``std_msgs/String``) and
 ``driving_command`` (``wam_diff2_ros/DrivingCommand``, the same input under its own topic name; only where the
-package's messages import). The VQA question topic is not an input of the runtime: the node queues questions
-for its worker (:data:`~.topics.QUESTION_TOPIC`).
+package's messages import), and ``turn_indicators`` (Autoware's ``TurnIndicatorsCommand``, the command from the
+route's turn signal): the command rows are used by ``command.source``. The VQA question topic is not an input of
+the runtime: the node queues questions for its worker (:data:`~.topics.QUESTION_TOPIC`).
 
 No ROS import at module level: the table names message types (``pkg/msg/Name``), so the parameter table and the
 replay's command line read it without loading ROS; :func:`input_table` imports the classes when it builds rows.
@@ -50,6 +51,7 @@ class InputSpec:
     name: str = ""  # its name in diagnostics (default: the role; per camera: "<role>_<n> (<camera>)")
     optional: bool = True  # the replay may run without it (`--<role>-topic none`)
     prefer_words: tuple[str, ...] = ()  # replay: of several topics of the type, the one whose name holds one
+    command_source: str = ""  # a command input: used only when command.source is this
 
     @property
     def input_name(self) -> str:
@@ -89,7 +91,13 @@ INPUTS: tuple[InputSpec, ...] = (
     InputSpec("odometry", ("nav_msgs/msg/Odometry",), ("on_odometry",), "odometry"),
     InputSpec("acceleration", ("geometry_msgs/msg/AccelWithCovarianceStamped",), ("on_acceleration",), "acceleration"),
     InputSpec(
-        "command", ("std_msgs/msg/String",), ("on_command",), "command", "reliable", prefer_words=("command", "cmd")
+        "command",
+        ("std_msgs/msg/String",),
+        ("on_command",),
+        "command",
+        "reliable",
+        prefer_words=("command", "cmd"),
+        command_source="topic",
     ),
     InputSpec(
         "driving_command",
@@ -98,6 +106,16 @@ INPUTS: tuple[InputSpec, ...] = (
         "command",
         "reliable",
         name="command",
+        command_source="topic",
+    ),
+    InputSpec(
+        "turn_indicators",
+        ("autoware_vehicle_msgs/msg/TurnIndicatorsCommand",),
+        ("on_turn_indicators",),
+        "turn_indicators",
+        "reliable",
+        name="command",
+        command_source="turn_indicators",
     ),
 )
 SPEC_BY_ROLE: dict[str, InputSpec] = {spec.role: spec for spec in INPUTS}
@@ -147,6 +165,8 @@ def input_table(config: NodeConfig, runtime: PlannerRuntime) -> list[InputRow]:
                 name = f"{spec.role}_{index} ({camera.name})"
                 rows.append(InputRow(spec.role, spec.topic(index), msg_type, spec.qos_key, name, handler, index))
     for spec in SINGLE_INPUTS:
+        if spec.command_source and spec.command_source != config.command_source:
+            continue
         msg_type = _message_class(spec.msg_types[0], runtime)
         if msg_type is not None:
             handler = getattr(runtime, spec.handlers[0])

@@ -41,7 +41,7 @@ from std_msgs.msg import String
 from wam_diff2_ros.core.planning import EngineLike
 from wam_diff2_ros.core.samples import InputProblem
 
-from . import qos
+from . import autoware, qos
 from .diagnostics import KeyedThrottle, NodeHealth
 from .inputs import InputRow, input_names, input_table, receive
 from .model_slot import EngineFactory, ModelSlot
@@ -235,6 +235,9 @@ class WamDiff2Node(LifecycleNode):
         logger = self.get_logger()
         try:
             config = NodeConfig.from_parameters(self._parameter_values())
+            missing = autoware.configure_problem(config)  # a requested Autoware feature without its messages
+            if missing:
+                raise ParameterError(missing)
         except ParameterError as exc:
             logger.error(f"configure failed: {exc}")
             self._health.set_model("failed", error=f"configure failed: {exc}")
@@ -246,6 +249,12 @@ class WamDiff2Node(LifecycleNode):
         self._throttle = KeyedThrottle(config.warn_throttle_s)
         self._health.reset_window(config.invalid_rate_window)
         self._health.detection_enabled = config.detection_rate_hz > 0
+        self._health.follower_timeout_s = autoware.FOLLOWER_TIMEOUT_S if config.autoware_outputs else 0.0
+        if config.autoware_outputs and config.rate_hz > 0 and 1.0 / config.rate_hz > autoware.FOLLOWER_TIMEOUT_S:
+            logger.warning(
+                f"planning.rate_hz {config.rate_hz:g} plans less often than Autoware's trajectory follower's "
+                f"{autoware.FOLLOWER_TIMEOUT_S:g} s timeout allows"
+            )
         if config.planning.detection_max_new_tokens < 512 and config.detection_rate_hz > 0:
             logger.warning(
                 f"detection.max_new_tokens is {config.planning.detection_max_new_tokens}; "
@@ -278,7 +287,9 @@ class WamDiff2Node(LifecycleNode):
         self._destroy_publishers()
         self._worker.publishers = {
             name: self.create_publisher(msg_type, OUTPUT_TOPICS[name], qos.publisher_qos(name))
-            for name, msg_type in output_types(runtime.msgs, runtime.vision_msgs, runtime.config.debug_image).items()
+            for name, msg_type in output_types(
+                runtime.msgs, runtime.vision_msgs, runtime.config.debug_image, runtime.autoware_msgs
+            ).items()
         }
 
     def _start_view(self, config: NodeConfig) -> None:

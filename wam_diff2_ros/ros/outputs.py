@@ -70,10 +70,10 @@ def vision_messages() -> Any | None:
     return msg
 
 
-def output_types(msgs: Any, vision_msgs: Any, debug_image: bool) -> dict[str, type]:
+def output_types(msgs: Any, vision_msgs: Any, debug_image: bool, autoware_msgs: Any = None) -> dict[str, type]:
     """The node's outputs by name (:data:`~.topics.OUTPUT_TOPICS`) → message type: those of this package's
     messages only where they import (``msgs``), ``detections_2d`` only with ``vision_msgs``, the debug image only
-    when enabled."""
+    when enabled, the Autoware outputs with ``autoware_msgs`` (``autoware.outputs``)."""
     types: dict[str, type] = {"path": Path, "path_fixed": Path, "markers": MarkerArray, "answer": String}
     if debug_image:
         types["debug_image"] = Image
@@ -83,6 +83,10 @@ def output_types(msgs: Any, vision_msgs: Any, debug_image: bool) -> dict[str, ty
         )
     if vision_msgs is not None:
         types["detections_2d"] = vision_msgs.Detection2DArray
+    if autoware_msgs is not None:
+        types.update(
+            autoware_trajectory=autoware_msgs.Trajectory, autoware_candidates=autoware_msgs.CandidateTrajectories
+        )
     return types
 
 

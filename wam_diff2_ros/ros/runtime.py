@@ -36,6 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from wam_diff2_ros.core.frames import transform_waypoints
 from wam_diff2_ros.core.image_headers import compressed_header_problem
 from wam_diff2_ros.core.observation import ObservationBuffer
 from wam_diff2_ros.core.planning import (
@@ -46,11 +47,13 @@ from wam_diff2_ros.core.planning import (
     PlanningInputError,
     PlanResult,
 )
-from wam_diff2_ros.core.samples import InputError, InputProblem
+from wam_diff2_ros.core.samples import CommandSample, InputError, InputProblem
+from wam_diff2_ros.core.trajectory_points import TimedPoint, TrajectoryError, trajectory_points
+from wam_diff2_ros.core.turn_signal import TurnSignalHold
 from wam_diff2_ros.core.units import NS_PER_MS
 from wam_diff2_ros.viewer.scene import PlanUpdate
 
-from . import conversions, outputs
+from . import autoware, conversions, outputs
 from .debug_image import draw_debug_image
 from .params import NodeConfig
 
@@ -72,6 +75,9 @@ class PlanCycle:
     stale: bool = False  # the age gate made the plan invalid
     unsure: bool = False  # the confidence gate (planning.min_confidence) made the plan invalid
     frame_problem: str = ""  # why the plan could not be put into planning.frame_id / the fixed frame
+    autoware_trajectory: Any = None  # autoware_planning_msgs/Trajectory (autoware.outputs), exactly with ``path``
+    autoware_candidates: Any = None  # autoware_internal_planning_msgs/CandidateTrajectories, likewise
+    autoware_problem: str = ""  # why a plan made no Autoware trajectory (the plan is then invalid)
 
     def outputs(self) -> list[tuple[str, Any]]:
         """``(output name, message)`` to publish (the node) or write (the replay), in that order; the names
@@ -81,6 +87,8 @@ class PlanCycle:
             ("path_fixed", self.path_fixed),
             ("trajectory", self.trajectory),
             ("trajectory_fixed", self.trajectory_fixed),
+            ("autoware_trajectory", self.autoware_trajectory),
+            ("autoware_candidates", self.autoware_candidates),
             ("markers", self.markers),
             ("debug_image", self.debug_image),
         )
@@ -93,7 +101,7 @@ class PlanCycle:
         result = self.result
         if result is None:
             return ""
-        withheld = result.reason if self.stale or self.unsure else ""
+        withheld = result.reason if self.stale or self.unsure or self.autoware_problem else ""
         if not withheld and result.valid and self.path is None:
             withheld = self.frame_problem
         return withheld
@@ -155,6 +163,8 @@ class PlannerRuntime:
         self.pipeline = InferencePipeline(engine, config.planning)
         self.msgs, self.msgs_problem = outputs.own_messages()
         self.vision_msgs = outputs.vision_messages()
+        self.autoware_msgs = autoware.autoware_messages() if config.autoware_outputs else None
+        self.turn_signal = TurnSignalHold(config.turn_signal_hold_s)
         self.last_planned_stamp_ns: int | None = None
         self.latest_plan: PlanResult | None = None
         self.latest_detection: DetectionResult | None = None
@@ -170,6 +180,7 @@ class PlannerRuntime:
         self.buffer.acceleration_filter = config.acceleration_filter
         self.buffer.fallback_hfov_deg = config.fallback_hfov_deg
         self.pipeline.config = config.planning
+        self.turn_signal.hold_s = config.turn_signal_hold_s
 
     # ---- inputs (each returns None, or the problem that made it drop the message)
 
@@ -240,9 +251,23 @@ class PlannerRuntime:
             "command", lambda: self.buffer.add_command(conversions.command_from_driving_command(msg, receive_ns))
         )
 
+    def on_turn_indicators(self, msg: Any, receive_ns: int) -> InputProblem | None:
+        """Autoware's ``TurnIndicatorsCommand`` as the navigation command, held (``core/turn_signal.py``)."""
+
+        def store() -> None:
+            value, stamp_ns = autoware.turn_signal(msg, receive_ns)
+            try:
+                command = self.turn_signal.update(value, stamp_ns)
+            except ValueError as exc:
+                raise InputError(str(exc)) from exc
+            self.buffer.add_command(CommandSample(command, stamp_ns, int(receive_ns)))
+
+        return self._guard("command", store)
+
     def reset(self) -> None:
         """Forget all inputs and results (deactivation, replay restart)."""
         self.buffer.clear()
+        self.turn_signal.reset()
         self.last_planned_stamp_ns = None
         self.latest_plan = None
         self.latest_detection = None
@@ -278,12 +303,35 @@ class PlannerRuntime:
             cycle.unsure = True
             reason = f"low confidence: {result.confidence:.3f} below planning.min_confidence {minimum:g}"
             result = replace(result, valid=False, waypoints=(), reason=reason)
+        points: tuple[TimedPoint, ...] = ()
+        if result.valid and self.autoware_msgs is not None:
+            points, cycle.autoware_problem = self._autoware_points(result)
+            if cycle.autoware_problem:
+                result = replace(result, valid=False, waypoints=(), reason=cycle.autoware_problem)
         cycle.result = result
         self.latest_plan = result
         self._plan_messages(cycle, result)
+        if points and cycle.path is not None:
+            pose = result.observation.ego_pose
+            assert pose is not None
+            trajectory = autoware.trajectory_msg(points, pose.frame_id, result.stamp_ns, self.autoware_msgs)
+            cycle.autoware_trajectory = trajectory
+            cycle.autoware_candidates = autoware.candidates_msg([(trajectory, result.confidence)], self.autoware_msgs)
         if self.config.debug_image if debug_image is None else debug_image:
             cycle.debug_image = self._debug_image(result.observation.front, plan=result)
         return cycle
+
+    def _autoware_points(self, result: PlanResult) -> tuple[tuple[TimedPoint, ...], str]:
+        """The Autoware trajectory's points of a valid plan in the odometry's frame, or why there are none."""
+        pose = result.observation.ego_pose
+        if pose is None:
+            return (), f"no Autoware trajectory: {result.observation.ego_pose_problem or 'no ego pose'}"
+        try:
+            fixed = transform_waypoints(result.waypoints, pose)
+            speed = result.observation.velocity[0]
+            return trajectory_points(fixed, pose, speed, self.config.wheelbase_m), ""
+        except TrajectoryError as exc:
+            return (), f"no Autoware trajectory: {exc}"
 
     def _plan_messages(self, cycle: PlanCycle, result: PlanResult) -> None:
         """Path, trajectories and markers of ``result`` in planning.frame_id and in the odometry's frame."""

@@ -21,6 +21,11 @@ The topics (``<n>`` = camera index in ``cameras.names``):
 ``~/output/path_fixed``                 ``nav_msgs/Path`` in the odometry's frame (odom/map): the plan
                                         transformed by the ego pose at the image stamp
 ``~/output/trajectory_fixed``           ``wam_diff2_ros/PlannedTrajectory`` in the odometry's frame
+``~/output/autoware/trajectory``        ``autoware_planning_msgs/Trajectory`` in the odometry's frame, with
+                                        ``~/output/path`` (``autoware.outputs``; docs/autoware.md)
+``~/output/autoware/candidates``        ``autoware_internal_planning_msgs/CandidateTrajectories`` (likewise)
+``~/input/turn_indicators``             ``autoware_vehicle_msgs/TurnIndicatorsCommand`` (``command.source``
+                                        ``turn_indicators``)
 ``~/output/markers``                    ``visualization_msgs/MarkerArray`` (path and detections)
 ``~/output/detections``                 ``wam_diff2_ros/DetectionArray``
 ``~/output/detections_2d``              ``vision_msgs/Detection2DArray`` (where vision_msgs is installed)
@@ -40,6 +45,8 @@ OUTPUT_TOPICS: dict[str, str] = {
     "path_fixed": "~/output/path_fixed",
     "trajectory": "~/output/trajectory",
     "trajectory_fixed": "~/output/trajectory_fixed",
+    "autoware_trajectory": "~/output/autoware/trajectory",
+    "autoware_candidates": "~/output/autoware/candidates",
     "markers": "~/output/markers",
     "detections": "~/output/detections",
     "detections_2d": "~/output/detections_2d",

@@ -10,6 +10,8 @@ from wam_diff2_ros.core.acceleration import AccelerationFilterConfig
 from wam_diff2_ros.core.decoding import DecodeConfig
 from wam_diff2_ros.core.observation import SyncConfig
 from wam_diff2_ros.core.planning import PlanningConfig
+from wam_diff2_ros.core.trajectory_points import DEFAULT_WHEELBASE_M
+from wam_diff2_ros.core.turn_signal import DEFAULT_HOLD_S
 
 from ..schedule import Cadence
 
@@ -75,6 +77,10 @@ class NodeConfig:
     debug_camera_pose: tuple[float, float, float, float, float, float] | None
     viewer_port: int = 0
     viewer_host: str = "127.0.0.1"
+    command_source: str = "topic"  # topic | turn_indicators
+    turn_signal_hold_s: float = DEFAULT_HOLD_S
+    autoware_outputs: bool = False
+    wheelbase_m: float = DEFAULT_WHEELBASE_M
 
     @property
     def cadence(self) -> Cadence:

@@ -24,6 +24,7 @@ from wam_diff2_ros.demo.resolve import is_model_name
 from .cameras import camera_index, camera_list, planning_cameras, planning_template, read_cameras
 from .config import NodeConfig, QosSettings
 from .specs import (
+    COMMAND_SOURCES,
     DEFAULT_NODE_NAME,
     DEVICES_HINT,
     DTYPES,
@@ -392,6 +393,10 @@ class _Reader:
             debug_camera_pose=pose,
             viewer_port=self.integer("viewer.port", 0),
             viewer_host=self.text("viewer.host"),
+            command_source=self.text("command.source", COMMAND_SOURCES),
+            turn_signal_hold_s=self.number("command.turn_signal_hold_s", minimum=0.0),
+            autoware_outputs=self.boolean("autoware.outputs"),
+            wheelbase_m=self.number("vehicle.wheelbase_m", positive=True),
         )
         if config.viewer_port > 65535:
             self.fail("viewer.port", f"must be <= 65535, got {config.viewer_port}")

@@ -18,6 +18,8 @@ from wam_diff2_ros.core.processor import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS
 from wam_diff2_ros.core.prompts import (
     PLANNING_TEMPLATES,
 )
+from wam_diff2_ros.core.trajectory_points import DEFAULT_WHEELBASE_M
+from wam_diff2_ros.core.turn_signal import DEFAULT_HOLD_S
 from wam_diff2_ros.ros.inputs import CAMERA_TRANSPORTS, QOS_DEFAULT_RELIABILITY, QOS_INPUTS
 
 DEFAULT_NODE_NAME = "wam_diff2"
@@ -33,6 +35,7 @@ RELIABILITIES = ("best_effort", "reliable")
 DURABILITIES = ("volatile", "transient_local")
 DEVICES_HINT = "auto, cpu, cuda, cuda:N, npu, npu:N"
 DTYPES = ("bfloat16", "float16", "float32")
+COMMAND_SOURCES = ("topic", "turn_indicators")
 
 
 class ParameterError(ValueError):
@@ -221,6 +224,28 @@ PARAMETER_SPECS: tuple[ParameterSpec, ...] = (
         _SYNC.command_max_age_s,
         "a command older than this counts as missing (3 s: a 1 Hz topic may lose 2); 0 = never expires",
     ),
+    ParameterSpec(
+        "command.source",
+        COMMAND_SOURCES[0],
+        "where the command comes from: topic (~/input/command, ~/input/driving_command) or turn_indicators "
+        "(Autoware's TurnIndicatorsCommand on ~/input/turn_indicators, an approximation of a route command)",
+    ),
+    ParameterSpec(
+        "command.turn_signal_hold_s",
+        DEFAULT_HOLD_S,
+        "turn_indicators: a turn signal switched off counts as straight only after this long (blinks, drops)",
+    ),
+    ParameterSpec(
+        "autoware.outputs",
+        False,
+        "also publish ~/output/autoware/trajectory (autoware_planning_msgs/Trajectory) and "
+        "~/output/autoware/candidates (autoware_internal_planning_msgs/CandidateTrajectories)",
+    ),
+    ParameterSpec(
+        "vehicle.wheelbase_m",
+        DEFAULT_WHEELBASE_M,
+        "wheelbase for the Autoware trajectory's front wheel angles (kinematic bicycle model)",
+    ),
     ParameterSpec("detection.rate_hz", 0.0, "detection rate on the node clock; 0 = off"),
     ParameterSpec("detection.categories", list(_PLANNING.detection_categories), "categories asked for"),
     ParameterSpec("detection.camera", "", "camera to run detection on; '' = the front camera"),
@@ -274,7 +299,7 @@ LIVE_PREFIXES = (
     "debug.",
 )
 #: Exceptions inside the live sections: they create or remove a subscription or publisher.
-RECONFIGURE_PARAMETERS = frozenset({"vqa.enabled", "debug.image"})
+RECONFIGURE_PARAMETERS = frozenset({"vqa.enabled", "debug.image", "command.source"})
 
 
 def needs_reconfigure(name: str) -> bool:
