@@ -22,8 +22,8 @@ import pytest
 import torch
 from core_helpers import can_build_row_kernel
 
-from wam_diff2_ros.core import cpu_kernels
-from wam_diff2_ros.core.cpu_kernels import (
+from wam_diff2_ros.core.engine import cpu_kernels
+from wam_diff2_ros.core.engine.cpu_kernels import (
     Chunking,
     ExactLinears,
     ExactRowLogits,

@@ -1,4 +1,4 @@
-"""The fast engine's opt-in fused kernels (core/fused_ops.py): the stock chains' values, installed and removed.
+"""The fast engine's opt-in fused kernels (core/engine/fused.py): the stock chains' values, installed and removed.
 
 torch.compile runs here on CPU (inductor's C++ backend) on real transformers Qwen3-VL modules; on CUDA the
 same chains become Triton kernels (scripts/bench_gpu.sh measures them). Fused kernels are not bit-identical,
@@ -15,12 +15,12 @@ import torch
 from core_helpers import tiny_checkpoint
 from test_fast_decoding import inputs_for, tiny_conversations
 
-from wam_diff2_ros.core import fused_ops
 from wam_diff2_ros.core.checkpoint import inspect_checkpoint, load_model, load_processor
-from wam_diff2_ros.core.decoding import DecodeConfig, block_diffusion_decode
-from wam_diff2_ros.core.engines import Runners
-from wam_diff2_ros.core.fast_decoding import FastRunner
-from wam_diff2_ros.core.fused_ops import ROTARY_FUNCTION, FusedStepOps
+from wam_diff2_ros.core.engine import fused as fused_ops
+from wam_diff2_ros.core.engine.decoding import DecodeConfig, block_diffusion_decode
+from wam_diff2_ros.core.engine.fast import FastRunner
+from wam_diff2_ros.core.engine.fused import ROTARY_FUNCTION, FusedStepOps
+from wam_diff2_ros.core.engine.selection import Runners
 from wam_diff2_ros.core.model import BlockDiffusionBackbone
 
 pytestmark = pytest.mark.core

@@ -173,7 +173,7 @@ def test_data_parallel_ranks_merge_in_input_order(eval_dir):
 
 
 def test_flags_stay_the_references_and_defaults_come_from_the_core():
-    from wam_diff2_ros.core.decoding import REMASKING_STRATEGIES, DecodeConfig
+    from wam_diff2_ros.core.engine.decoding import REMASKING_STRATEGIES, DecodeConfig
     from wam_diff2_ros.core.processor import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS
 
     parser = infer.build_parser()

@@ -10,7 +10,7 @@ import pytest
 from node_helpers import DETECTION_BOXES, ScriptedEngine, scripted_plan, tiny_checkpoint
 
 from wam_diff2_ros.core.camera import CameraFrame, CameraIntrinsics
-from wam_diff2_ros.core.decoding import DecodeConfig
+from wam_diff2_ros.core.engine.decoding import DecodeConfig
 from wam_diff2_ros.core.observation import Observation
 from wam_diff2_ros.core.planning import (
     InferencePipeline,

@@ -35,8 +35,8 @@ from typing import Any
 import numpy as np
 
 from wam_diff2_ros.bench.runs import ModelSettings
-from wam_diff2_ros.core.decoding import DecodeConfig
 from wam_diff2_ros.core.device_preprocess import DEFAULT_PREPROCESS
+from wam_diff2_ros.core.engine.decoding import DecodeConfig
 
 DYNAMIC = 0  # steps_per_block value: the configured (dynamic) schedule
 STAGES = (

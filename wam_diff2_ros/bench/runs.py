@@ -188,7 +188,7 @@ def measure_engine(engine: Any, conversations: list, decode: Any, settings: Benc
 
 def workload(settings: BenchSettings) -> tuple[list, Any]:
     """The benchmark's inputs: `batch` planning conversations on seeded noise frames, and the base decoding."""
-    from wam_diff2_ros.core.decoding import DecodeConfig
+    from wam_diff2_ros.core.engine.decoding import DecodeConfig
     from wam_diff2_ros.core.prompts import build_messages, build_planning_prompt
 
     rng = np.random.default_rng(0)
@@ -249,7 +249,7 @@ def run(settings: BenchSettings) -> dict[str, Any]:
             exact, other = engines["exact"], engines[name]
             figures[f"{key}speedup"] = exact["total_ms"] / other["total_ms"]
             figures[f"{key}denoise_speedup"] = exact["denoise_ms_per_step"] / other["denoise_ms_per_step"]
-    from wam_diff2_ros.core.cpu_kernels import kernel_loads, kernel_paths
+    from wam_diff2_ros.core.engine.cpu_kernels import kernel_loads, kernel_paths
 
     figures["cpu_kernels"] = {"loads": kernel_loads(), "paths": kernel_paths()}  # which shape ran the kernel
     return figures

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from wam_diff2_ros.core.decoding import ENGINES, REMASKING_STRATEGIES, DecodeConfig
+from wam_diff2_ros.core.engine.decoding import ENGINES, REMASKING_STRATEGIES, DecodeConfig
 from wam_diff2_ros.core.processor import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS
 from wam_diff2_ros.infer.batch import (
     BatchOptions,
@@ -95,7 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         samples = load_samples(input_path)
         if args.batch_size < 1 or args.save_every < 1:
             raise UsageError("--batch_size and --save_every must be >= 1")
-        from wam_diff2_ros.core.decoding import DecodeConfigError
+        from wam_diff2_ros.core.engine.decoding import DecodeConfigError
 
         try:
             decode = DecodeConfig(

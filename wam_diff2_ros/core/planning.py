@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from .camera import CameraFrame, CameraIntrinsics
 from .confidence import generation_waypoint_probabilities, plan_confidence, waypoint_confidence
-from .decoding import DecodeConfig
+from .engine.decoding import DecodeConfig
 from .observation import Observation
 from .parsing import (
     DEFAULT_KINEMATIC_LIMITS,

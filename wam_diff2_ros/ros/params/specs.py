@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from wam_diff2_ros.core.acceleration import AccelerationFilterConfig
-from wam_diff2_ros.core.decoding import ENGINES, REMASKING_STRATEGIES, DecodeConfig
 from wam_diff2_ros.core.device_preprocess import DEFAULT_PREPROCESS, PREPROCESS_MODES
+from wam_diff2_ros.core.engine.decoding import ENGINES, REMASKING_STRATEGIES, DecodeConfig
 from wam_diff2_ros.core.kinematics import DEFAULT_KINEMATIC_LIMITS
 from wam_diff2_ros.core.observation import SyncConfig
 from wam_diff2_ros.core.planning import PlanningConfig

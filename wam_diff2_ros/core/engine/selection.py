@@ -1,11 +1,11 @@
 """Which decoding engine runs, chosen in one place, and the runners that execute it, kept across decodes.
 
 Engines (`DecodeConfig.engine`):
-- `exact`: the reference's `DynamicCache` and full logits (`runner.ExactRunner`);
+- `exact`: the reference's `DynamicCache` and full logits (`runners.ExactRunner`);
 - `fast`: static KV cache, masked-row logits on CPU, CUDA graphs on CUDA; token-identical to `exact` where it is
-  picked by `auto` (`fast_decoding.FastRunner`);
-- `fused`: the fast engine with fused step kernels (core/fused_ops.py, and on CUDA with Triton the kernels of
-  core/triton_kernels.py); not bit-identical, admitted by the agreement yardstick (`wam-diff2-bench agreement`);
+  picked by `auto` (`fast.FastRunner`);
+- `fused`: the fast engine with fused step kernels (fused.py, and on CUDA with Triton the kernels of
+  triton_kernels.py); not bit-identical, admitted by the agreement yardstick (`wam-diff2-bench agreement`);
   `fast` with `DecodeConfig.torch_compile` is the same engine (the option's earlier spelling);
 - `auto`: `fused` on CUDA where an admission file (`admission_path()`, written by the yardstick) admits it for the
   dtype; else `fast` where it was shown token-identical (`FAST_BY_DEFAULT`); else `exact`.
@@ -20,10 +20,10 @@ from typing import Any
 
 import torch
 
-from .cache import user_cache_root
-from .fast_decoding import FastRunner
-from .model import BlockDiffusionBackbone
-from .runner import ExactRunner, Runner
+from ..cache import user_cache_root
+from ..model import BlockDiffusionBackbone
+from .fast import FastRunner
+from .runners import ExactRunner, Runner
 
 LOG = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from .checkpoint import (
+from ..checkpoint import (
     CheckpointInfo,
     inspect_checkpoint,
     load_model,
@@ -28,14 +28,14 @@ from .checkpoint import (
     resolve_dtype,
     synchronizer,
 )
-from .confidence import token_char_spans
+from ..confidence import token_char_spans
+from ..device_preprocess import DEFAULT_PREPROCESS, PREPROCESS_MODES
+from ..model import BlockDiffusionBackbone
+from ..processor import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS, WamDiff2Processor
+from ..timing import StageTiming
 from .deadline import DEFAULT_CLOCK, Clock
 from .decoding import DecodeConfig, DecodeOutput, block_diffusion_decode
-from .device_preprocess import DEFAULT_PREPROCESS, PREPROCESS_MODES
-from .engines import Runners, describe_engine
-from .model import BlockDiffusionBackbone
-from .processor import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS, WamDiff2Processor
-from .timing import StageTiming
+from .selection import Runners, describe_engine
 
 LOG = logging.getLogger(__name__)
 
@@ -144,7 +144,7 @@ class Engine:
     ) -> Generation:
         """Answer one prompt whose `<image>` placeholders are filled, in order, by `images`; a deadline
         (`decode.deadline_ms`) counts from `started_ns` (`time.monotonic_ns`; default: now)."""
-        from .prompts import build_messages
+        from ..prompts import build_messages
 
         conversation = build_messages(prompt, list(images), system=system)
         return self.generate_conversations([conversation], decode, started_ns=started_ns)[0]

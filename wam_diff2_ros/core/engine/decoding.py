@@ -14,9 +14,9 @@ threshold in that dtype, `torch.topk` tie-breaking per sample, random draws) fol
 same weights give the same tokens. In bfloat16 the threshold 0.9 therefore acts as bf16(0.9) = 0.8984375.
 
 The rules (remasking, stopping; sampling in sampling.py) are defined once; a runner executes the steps
-(`runner.Runner`: `runner.ExactRunner`, the reference's `DynamicCache` and full logits, or
-`fast_decoding.FastRunner`, static cache, masked-row logits on CPU, CUDA graphs), chosen by `DecodeConfig.engine`
-in one place, `engines.Runners.select`.
+(`runners.Runner`: `runners.ExactRunner`, the reference's `DynamicCache` and full logits, or
+`fast.FastRunner`, static cache, masked-row logits on CPU, CUDA graphs), chosen by `DecodeConfig.engine`
+in one place, `selection.Runners.select`.
 """
 
 from __future__ import annotations
@@ -28,13 +28,13 @@ from typing import Any
 
 import torch
 
+from ..model import BlockDiffusionBackbone
+from ..timing import StageTiming
+from ..tokens import EOS_TOKEN_ID, MASK_TOKEN_ID
 from .deadline import Clock, DeadlineBudget, blocks_to_share, forced_transfers
-from .engines import Runners
-from .model import BlockDiffusionBackbone
-from .timing import StageTiming
-from .tokens import EOS_TOKEN_ID, MASK_TOKEN_ID
+from .selection import Runners
 
-ENGINES = ("auto", "exact", "fast", "fused")  # what each one runs: engines.py
+ENGINES = ("auto", "exact", "fast", "fused")  # what each one runs: selection.py
 REMASKING_STRATEGIES = ("low_confidence_dynamic", "low_confidence_static", "sequential")
 
 
@@ -59,11 +59,11 @@ class DecodeConfig:
     remasking_strategy: str = "low_confidence_dynamic"
     confidence_threshold: float = 0.9
     seed: int | None = None
-    engine: str = "auto"  # exact | fast | fused | auto (engines.resolve_engine)
+    engine: str = "auto"  # exact | fast | fused | auto (selection.resolve_engine)
     cuda_graphs: bool = True  # fast engine on CUDA: replay captured denoising steps
     torch_compile: bool = False  # fast engine: the fused engine's kernels (earlier spelling of engine: fused)
     triton_kernels: bool = False  # fast engine on CUDA: bit-identical Triton element-wise kernels (unproven on GPU)
-    deadline_ms: float = 0.0  # plan deadline from the plan's start (core/deadline.py); 0 = none
+    deadline_ms: float = 0.0  # plan deadline from the plan's start (deadline.py); 0 = none
     mask_token_id: int = MASK_TOKEN_ID
     eos_token_id: int = EOS_TOKEN_ID
 
@@ -202,7 +202,7 @@ def block_diffusion_decode(
     (the engine's; None builds them for this call).
 
     With `config.deadline_ms` > 0 the steps are compressed to finish by `started_ns + deadline_ms` on `clock`
-    (ns; `time.monotonic_ns` by default; `started_ns` defaults to now): see core/deadline.py. `expected_blocks`
+    (ns; `time.monotonic_ns` by default; `started_ns` defaults to now): see deadline.py. `expected_blocks`
     (e.g. how many blocks the previous answer took) is how many blocks the time is shared among; default: every
     block up to `max_new_tokens`. Reading the clock is host-side: no device read is added. Without a deadline
     the clock is not read.
