@@ -122,9 +122,7 @@ def test_engine_choice_is_described_for_the_logs():
     assert describe_engine("auto", cuda, torch.float16).startswith("exact (auto: the fast engine was never shown")
     assert describe_engine("exact", cuda, torch.bfloat16) == "exact (decoding.engine: exact)"
     assert describe_engine("fast", cpu, torch.bfloat16) == "fast (decoding.engine: fast)"
-    assert describe_engine("fast", cuda, torch.bfloat16, torch_compile=True) == (
-        "fused (decoding.engine: fast, torch_compile)"  # the fused engine's earlier spelling
-    )
+    assert describe_engine("fused", cuda, torch.bfloat16) == "fused (decoding.engine: fused)"
     assert resolve_engine("fused", cpu, torch.float32) == "fused"
 
 
@@ -168,7 +166,7 @@ def test_runners_are_chosen_in_one_place_and_keep_their_state_off_the_backbone(t
     assert runners.select("auto") is fast and runners.select("fast") is fast  # CPU float32: auto is fast
     assert isinstance(runners.select("exact"), ExactRunner)
     fused = runners.select("fused")
-    assert fused is not fast and runners.select("fast", torch_compile=True) is fused and fused.fused
+    assert fused is not fast and runners.select("fused") is fused and fused.fused
     before = dict(vars(backbone))
     inputs = processor(conversations[:1], padding_side="left")
     config = DecodeConfig(max_new_tokens=8, block_size=8, engine="fast")

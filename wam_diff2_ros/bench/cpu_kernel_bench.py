@@ -53,13 +53,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                     f"({mkl / kernel:4.1f}x), same bits {same}"
                 )
     for outs, width in PROJECTIONS if args.projections else ():
-        module = torch.nn.Linear(width, outs, bias=False)
+        holder = torch.nn.Sequential(torch.nn.Linear(width, outs, bias=False))
+        linears = ExactLinears(holder)
+        module = holder[0]
         block = torch.randn(1, 32, width, generator=torch.Generator().manual_seed(outs))
         with torch.no_grad():
             stock_out = module(block)
             stock = host_ms(lambda module=module, block=block: module(block), args.repeats)[0]
-            with ExactLinears([module]).installed((1, 32)):
-                if "forward" not in vars(module):
+            with linears.installed((1, 32)) as routed:
+                if module not in routed:
                     print(f"{width} -> {outs}: the kernel is unavailable or matches no chunking here")
                     return 1
                 same = torch.equal(module(block), stock_out)

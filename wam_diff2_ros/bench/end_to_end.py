@@ -388,11 +388,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def settings_from_args(args: argparse.Namespace) -> EndToEndSettings:
     """The settings from parsed flags (the first --engine: one engine, the node's)."""
-    from wam_diff2_ros.bench.runs import FUSED_ALIAS
-
     engine = (args.engine or ["auto"])[0]
-    if engine == FUSED_ALIAS:
-        raise ValueError(f"the end-to-end benchmark runs the node's engines: use 'fused', not {FUSED_ALIAS}")
     model = {f.name: getattr(args, f.name) for f in dataclasses.fields(ModelSettings)}
     return EndToEndSettings(
         **model,

@@ -216,7 +216,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             engine.generate_conversations(conversations, config)
         results["plan_phases"][name] = phases = profile_plan(engine, conversations, config)
         print_plan(name, phases)
-        fast_runner = engine.runners.select(config.engine, config.cuda_graphs, config.torch_compile)
+        fast_runner = engine.runners.select(config.engine, config.cuda_graphs)
         store = getattr(fast_runner, "graphs", None)
         entries = list(store.graphs.values()) if store else []
         if not entries:

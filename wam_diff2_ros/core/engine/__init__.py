@@ -30,8 +30,9 @@ from ..checkpoint import (
 )
 from ..confidence import token_char_spans
 from ..device_preprocess import DEFAULT_PREPROCESS, PREPROCESS_MODES
+from ..image_preprocess import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS
 from ..model import BlockDiffusionBackbone
-from ..processor import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS, WamDiff2Processor
+from ..processor import WamDiff2Processor
 from ..timing import StageTiming
 from .deadline import DEFAULT_CLOCK, Clock
 from .decoding import DecodeConfig, DecodeOutput, block_diffusion_decode
@@ -132,7 +133,7 @@ class Engine:
     def describe_decoding(self, decode: DecodeConfig | None = None) -> str:
         """Which decoding engine `decode` runs on this engine's device and dtype, and why (for logs)."""
         config = decode or DecodeConfig()
-        return describe_engine(config.engine, self.device, self.dtype, config.torch_compile)
+        return describe_engine(config.engine, self.device, self.dtype)
 
     def generate(
         self,

@@ -160,7 +160,7 @@ class FastRunner:
         if self.device.type != "cpu":
             return contextlib.nullcontext()
         if self._linears is None:
-            self._linears = ExactLinears(list(self.backbone.model.model.language_model.layers.modules()))
+            self._linears = ExactLinears(self.backbone.model.model.language_model.layers)
         return self._linears.installed(block_shape)
 
     def step_ops(self) -> contextlib.AbstractContextManager[Any]:

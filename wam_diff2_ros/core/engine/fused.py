@@ -1,4 +1,4 @@
-"""The fused engine's step kernels (`engine: fused`; `DecodeConfig.torch_compile`): fewer, larger GPU kernels.
+"""The fused engine's step kernels (`engine: fused`): fewer, larger GPU kernels.
 
 With CUDA graphs a 2B denoising step is bound by its ~1,800 small kernels, not by its matrix products (H200,
 2026-12-04, wam-diff2-bench profile-gpu-step): every RMSNorm is eight element-wise kernels in eager PyTorch, the rotary
@@ -14,11 +14,15 @@ Not bit-identical: a fused kernel may sum the RMSNorm's squares in another order
 float32 and normalise the attention weights before rounding them, so the logits can differ in the last bits
 and a token can differ from the exact engine's. The
 option is off by default; the agreement with the exact engine is measured (`wam-diff2-bench agreement`,
-README). The norms and MLPs are routed per module instance; the rotary function and the `sdpa` attention
-entry are module-level in transformers, so while any `FusedStepOps` is installed they are replaced by routes
-that serve the fused versions only to the context (thread) that installed them and the stock ones to every
-other caller: another engine decoding at the same time is not affected. Where `torch.compile` fails (no
-compiler, no Triton), the stock modules run and one line is logged;
+README).
+
+Nothing of transformers is replaced: building a `FusedStepOps` swaps the text model's RMSNorms, MLPs and attention
+layers for this module's own types (`StepNorm`, `StepMLP`, `StepAttention`: the same parameters and children under
+the same names, so the state dict is unchanged), and selects the attention function registered through
+transformers' public `AttentionInterface` as `STEP_ATTENTION` (`attn_implementation` of the text model). Each of
+them runs the stock computation (the stock class's own forward, `sdpa`) unless the calling context (thread) is
+inside `FusedStepOps.installed()`: another decode at the same time, prefill and the exact engine are not
+affected. Where `torch.compile` fails (no compiler, no Triton), the stock computation runs and one line is logged;
 under a Python dispatch mode (the benchmark's op counter) the plain chains run. Meant for CUDA: on CPU the
 fast engine's exact kernels are faster than the compiled chains' call overhead saves.
 
@@ -31,10 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import functools
 import logging
-import sys
-import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -43,9 +44,11 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 LOG = logging.getLogger(__name__)
 
-ROTARY_FUNCTION = "apply_rotary_pos_emb"  # the module-level function transformers' Qwen3-VL attention calls
 SILU_MODULES = ("SiLU", "SiLUActivation")  # torch's and transformers' SiLU modules (the checkpoint's hidden_act)
-ATTENTION = "sdpa"  # the attention implementation the checkpoint loader chooses (core/checkpoint.py)
+STEP_ATTENTION = "wam_fused"  # the attention implementation registered here (`attn_implementation`)
+STOCK_ATTENTION = "sdpa"  # what it runs outside a step: the implementation the checkpoint loader chooses
+
+MODULE_INTERNALS = frozenset(vars(torch.nn.Module()))  # what `nn.Module` keeps per instance (hooks, children, ...)
 
 _ACTIVE: contextvars.ContextVar[FusedStepOps | None] = contextvars.ContextVar("active_fused_step_ops", default=None)
 
@@ -97,17 +100,150 @@ def grouped_attention(
     return output.transpose(1, 2).contiguous()
 
 
+def step_attention(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    """The attention function registered as `STEP_ATTENTION` (transformers' attention-function interface): inside
+    `FusedStepOps.installed()` the installed ops' attention for a mask shared by the heads, else the stock one."""
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    ops = _ACTIVE.get()
+    shared_mask = attention_mask is not None and attention_mask.shape[1] == 1
+    if ops is None or ops.attention is None or not shared_mask or dropout or query.shape[1] % key.shape[1]:
+        stock = ALL_ATTENTION_FUNCTIONS[STOCK_ATTENTION]
+        return stock(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
+    assert attention_mask is not None
+    scale = query.shape[-1] ** -0.5 if scaling is None else scaling
+    return ops.attention(query, key, value, attention_mask[..., : key.shape[2]], scale), None
+
+
+class StepModule(torch.nn.Module):
+    """An own module type standing in for a stock transformers module: its parameters, buffers, children and plain
+    attributes under the same names (the state dict is unchanged); `stock_forward` is the stock class's forward
+    run on it, what it computes outside a fused step."""
+
+    def __init__(self, stock: torch.nn.Module) -> None:
+        super().__init__()
+        self.stock_type = type(stock)
+        for name, parameter in stock.named_parameters(recurse=False):
+            self.register_parameter(name, parameter)
+        for name, buffer in stock.named_buffers(recurse=False):
+            self.register_buffer(name, buffer)
+        for name, child in stock.named_children():
+            self.add_module(name, child)
+        for name, value in vars(stock).items():
+            if name not in MODULE_INTERNALS:  # its own attributes (transformers' private ones included)
+                setattr(self, name, value)
+        self.train(stock.training)
+
+    def stock_forward(self, *args: Any, **kwargs: Any) -> Any:
+        """The stock module's computation (its class's forward on these parameters and children)."""
+        return self.stock_type.forward(self, *args, **kwargs)
+
+
+class StepNorm(StepModule):
+    """An RMSNorm: the installed ops' `rms_norm` chain inside a fused step, else the stock forward."""
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        ops = _ACTIVE.get()
+        if ops is None or ops.norm is None:
+            return self.stock_forward(hidden)
+        return ops.norm(hidden, self.weight, self.variance_epsilon)
+
+
+class StepMLP(StepModule):
+    """A gated MLP: the installed ops' `silu_gate` chain between its projections inside a fused step."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        ops = _ACTIVE.get()
+        if ops is None or ops.gate is None:
+            return self.stock_forward(x)
+        return self.down_proj(ops.gate(self.gate_proj(x), self.up_proj(x)))
+
+
+class StepAttention(StepModule):
+    """A Qwen3-VL text attention layer: inside a fused step the stock layer's computation with the installed ops'
+    rotary embedding, on the fast engine's cache (`fast.StaticKVCache`), the attention through `step_attention`."""
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        position_embeddings: tuple[torch.Tensor, torch.Tensor],
+        attention_mask: torch.Tensor | None,
+        **kwargs: Any,
+    ) -> tuple[torch.Tensor, Any]:
+        ops = _ACTIVE.get()
+        if ops is None or ops.rotary is None:
+            return self.stock_forward(hidden_states, position_embeddings, attention_mask, **kwargs)
+        input_shape = hidden_states.shape[:-1]
+        heads = (*input_shape, -1, self.head_dim)
+        query = self.q_norm(self.q_proj(hidden_states).view(heads)).transpose(1, 2)
+        key = self.k_norm(self.k_proj(hidden_states).view(heads)).transpose(1, 2)
+        value = self.v_proj(hidden_states).view(heads).transpose(1, 2)
+        query, key = ops.rotary(query, key, *position_embeddings)
+        cache = kwargs.pop("cache", None) or kwargs.pop("past_key_values", None)  # its keyword in 5.x / 4.57
+        kwargs.pop("cache_position", None)
+        if cache is not None:
+            key, value = cache.update(key, value, self.layer_idx)
+        output, weights = step_attention(self, query, key, value, attention_mask, scaling=self.scaling, **kwargs)
+        return self.o_proj(output.reshape(*input_shape, -1).contiguous()), weights
+
+
+def _is_norm(module: torch.nn.Module) -> bool:
+    return type(module).__name__.endswith("RMSNorm") and hasattr(module, "variance_epsilon")
+
+
+def _is_gated_mlp(module: torch.nn.Module) -> bool:
+    parts = ("gate_proj", "up_proj", "down_proj", "act_fn")
+    # `silu_gate` computes SiLU: only MLPs whose activation is SiLU
+    return all(hasattr(module, n) for n in parts) and type(module.act_fn).__name__ in SILU_MODULES
+
+
+def _is_attention(module: torch.nn.Module) -> bool:
+    return all(hasattr(module, n) for n in ("q_norm", "k_proj", "o_proj", "head_dim", "layer_idx", "scaling"))
+
+
+STEP_TYPES: tuple[tuple[Callable[[torch.nn.Module], bool], type[StepModule]], ...] = (
+    (_is_norm, StepNorm),
+    (_is_gated_mlp, StepMLP),
+    (_is_attention, StepAttention),
+)
+
+
+def install_step_modules(language_model: torch.nn.Module) -> None:
+    """Swap the text model's norms, MLPs and attention layers for the step module types (once; they compute the
+    stock values outside a fused step) and select `STEP_ATTENTION` for it through transformers' public
+    `AttentionInterface` and `set_attn_implementation`."""
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(STEP_ATTENTION, step_attention)
+    for parent in reversed(list(language_model.modules())):  # children first: a step module adopts swapped ones
+        for name, child in list(parent.named_children()):
+            if isinstance(child, StepModule):
+                continue
+            step_type = next((kind for matches, kind in STEP_TYPES if matches(child)), None)
+            if step_type is not None:
+                setattr(parent, name, step_type(child))
+    language_model.set_attn_implementation(STEP_ATTENTION)
+
+
 class FusedStepOps:
-    """The text model's RMSNorms, rotary embedding and MLP gates, each as one compiled kernel while installed."""
+    """The text model's RMSNorms, rotary embedding, MLP gates and attention, each as one compiled kernel (or a
+    Triton set's kernel) inside `installed()`."""
 
     def __init__(self, language_model: torch.nn.Module, triton: Any = None, compile_chains: bool = True) -> None:
+        install_step_modules(language_model)
         modules = list(language_model.modules())
-        self.norms = [m for m in modules if type(m).__name__.endswith("RMSNorm") and hasattr(m, "variance_epsilon")]
-        self.mlps = [m for m in modules if all(hasattr(m, n) for n in ("gate_proj", "up_proj", "down_proj", "act_fn"))]
-        self.mlps = [m for m in self.mlps if type(m.act_fn).__name__ in SILU_MODULES]  # `silu_gate` computes SiLU
-        attention = next((m for m in modules if hasattr(m, "q_norm") and hasattr(m, "k_proj")), None)
-        self.rotary_home = sys.modules[type(attention).__module__] if attention is not None else None
-        self.attention_functions = getattr(self.rotary_home, "ALL_ATTENTION_FUNCTIONS", None)
+        self.norms = [m for m in modules if isinstance(m, StepNorm)]
+        self.mlps = [m for m in modules if isinstance(m, StepMLP)]
+        self.attentions = [m for m in modules if isinstance(m, StepAttention)]
         self.failed = False
         self.compiled: dict[str, Callable[..., Any]] = {}
 
@@ -120,10 +256,8 @@ class FusedStepOps:
 
         self.rotary = chain("rotary", rotary)
         self.attention = chain("attention", grouped_attention)
-        norm, gate = chain("rms_norm", rms_norm), chain("silu_gate", silu_gate)
-        # the per-module forwards, built once: installing them is then only attribute assignments
-        self.forwards = [(m, functools.partial(_norm_forward, norm, m)) for m in self.norms] if norm else []
-        self.forwards += [(m, functools.partial(_mlp_forward, gate, m)) for m in self.mlps] if gate else []
+        self.norm = chain("rms_norm", rms_norm)
+        self.gate = chain("silu_gate", silu_gate)
 
     def _compiled(self, name: str, function: Callable[..., Any]) -> Callable[..., Any]:
         """`function` compiled (lazily, on first call) and guarded (see `_guarded`)."""
@@ -153,103 +287,9 @@ class FusedStepOps:
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[None]:
-        """Within: the text model's forwards use the compiled chains; the stock modules are restored after."""
+        """Within (this context only): the step modules run these ops."""
         active = _ACTIVE.set(self)
-        _MODULE_ROUTES.acquire(self.rotary_home, self.attention_functions)
         try:
-            for module, forward in self.forwards:
-                module.forward = forward
             yield
         finally:
-            for module, _ in self.forwards:
-                vars(module).pop("forward", None)
-            _MODULE_ROUTES.release()
             _ACTIVE.reset(active)
-
-
-class _ModuleRoutes:
-    """The module-level hooks (transformers' rotary function, its `sdpa` attention entry) replaced by routes to
-    the calling context's installed `FusedStepOps`, or to the stock functions, while any is installed."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._users = 0
-        self._restore: list[Callable[[], None]] = []
-        self.stock_rotary: Callable[..., Any] | None = None
-        self.stock_attention: Callable[..., Any] | None = None
-
-    def acquire(self, home: Any, functions: Any) -> None:
-        """Install the routes (on first use) into `home` (the Qwen3-VL modeling module) and `functions`."""
-        with self._lock:
-            self._users += 1
-            if self._users > 1:
-                return
-            if home is not None and hasattr(home, ROTARY_FUNCTION):
-                self.stock_rotary = getattr(home, ROTARY_FUNCTION)
-                setattr(home, ROTARY_FUNCTION, _route_rotary)
-                self._restore.append(functools.partial(setattr, home, ROTARY_FUNCTION, self.stock_rotary))
-            if functions is not None and ATTENTION in functions:
-                local = functions._local_mapping.get(ATTENTION)  # an override of the stock entry, if any
-                self.stock_attention = functions[ATTENTION]
-                functions[ATTENTION] = _route_attention
-                self._restore.append(functools.partial(_restore_entry, functions, local))
-
-    def release(self) -> None:
-        """Remove the routes when the last installed `FusedStepOps` is removed."""
-        with self._lock:
-            self._users -= 1
-            if self._users == 0:
-                while self._restore:
-                    self._restore.pop()()
-
-
-_MODULE_ROUTES = _ModuleRoutes()
-
-
-def _restore_entry(functions: Any, local: Callable[..., Any] | None) -> None:
-    if local is None:
-        del functions[ATTENTION]
-    else:
-        functions[ATTENTION] = local
-
-
-def _route_rotary(*args: Any, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    ops, stock = _ACTIVE.get(), _MODULE_ROUTES.stock_rotary
-    assert stock is not None
-    return stock(*args, **kwargs) if ops is None or ops.rotary is None else ops.rotary(*args, **kwargs)
-
-
-def _route_attention(module: torch.nn.Module, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, Any]:
-    ops, stock = _ACTIVE.get(), _MODULE_ROUTES.stock_attention
-    assert stock is not None
-    if ops is None or ops.attention is None:
-        return stock(module, *args, **kwargs)
-    return _attention_forward(ops.attention, stock, module, *args, **kwargs)
-
-
-def _norm_forward(norm: Callable[..., torch.Tensor], module: torch.nn.Module, hidden: torch.Tensor) -> torch.Tensor:
-    return norm(hidden, module.weight, module.variance_epsilon)
-
-
-def _mlp_forward(gate: Callable[..., torch.Tensor], module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
-    return module.down_proj(gate(module.gate_proj(x), module.up_proj(x)))
-
-
-def _attention_forward(
-    attend: Callable[..., torch.Tensor],
-    stock: Callable[..., Any],
-    module: torch.nn.Module,
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attention_mask: torch.Tensor | None,
-    dropout: float = 0.0,
-    scaling: float | None = None,
-    **kwargs: Any,
-) -> tuple[torch.Tensor, None]:
-    """transformers' attention-function interface over `grouped_attention` (the stock function without a mask
-    shared by the heads)."""
-    if attention_mask is None or attention_mask.shape[1] != 1 or dropout or query.shape[1] % key.shape[1]:
-        return stock(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
-    scale = query.shape[-1] ** -0.5 if scaling is None else scaling
-    return attend(query, key, value, attention_mask[..., : key.shape[2]], scale), None

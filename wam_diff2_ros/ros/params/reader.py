@@ -218,7 +218,6 @@ class _Reader:
                 confidence_threshold=self.number("decoding.confidence_threshold", positive=True, maximum=1.0),
                 engine=self.text("decoding.engine", ENGINES),
                 cuda_graphs=self.boolean("decoding.cuda_graphs"),
-                torch_compile=self.boolean("decoding.torch_compile"),
                 deadline_ms=self.number("decoding.deadline_ms", minimum=0.0),
                 seed=None if seed < 0 else seed,
             )
