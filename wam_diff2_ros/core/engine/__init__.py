@@ -3,6 +3,11 @@
 One `Engine` holds the model, its processor and the block-diffusion decoder; the node, the batch CLI, the
 replay tool and the benchmark all call it. Calls are serialised with a lock, so one engine can be shared by
 threads.
+
+One denoising step, by module: decoding.py (the rules and the block loop) asks a runner (runners.py: the protocol
+and the exact runner; fast.py: the fast one; which one: selection.py) to propose tokens (sampling.py), takes what
+the remasking rule and the deadline (deadline.py) allow, and tells its observers (observers.py). The fast
+runner's kernels: cpu_kernels.py (CPU), fused.py and triton_kernels.py (the fused engine, CUDA).
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from typing import Any
 
 import torch
 
-from .checkpoint import (
+from ..checkpoint import (
     CheckpointInfo,
     inspect_checkpoint,
     load_model,
@@ -28,14 +33,15 @@ from .checkpoint import (
     resolve_dtype,
     synchronizer,
 )
-from .confidence import token_char_spans
+from ..confidence import token_char_spans
+from ..device_preprocess import DEFAULT_PREPROCESS, PREPROCESS_MODES
+from ..image_preprocess import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS
+from ..model import BlockDiffusionBackbone
+from ..processor import WamDiff2Processor
+from ..timing import StageTiming
 from .deadline import DEFAULT_CLOCK, Clock
 from .decoding import DecodeConfig, DecodeOutput, block_diffusion_decode
-from .device_preprocess import DEFAULT_PREPROCESS, PREPROCESS_MODES
-from .engines import Runners, describe_engine
-from .model import BlockDiffusionBackbone
-from .processor import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS, WamDiff2Processor
-from .timing import StageTiming
+from .selection import Runners, describe_engine
 
 LOG = logging.getLogger(__name__)
 
@@ -132,7 +138,7 @@ class Engine:
     def describe_decoding(self, decode: DecodeConfig | None = None) -> str:
         """Which decoding engine `decode` runs on this engine's device and dtype, and why (for logs)."""
         config = decode or DecodeConfig()
-        return describe_engine(config.engine, self.device, self.dtype, config.torch_compile)
+        return describe_engine(config.engine, self.device, self.dtype)
 
     def generate(
         self,
@@ -144,7 +150,7 @@ class Engine:
     ) -> Generation:
         """Answer one prompt whose `<image>` placeholders are filled, in order, by `images`; a deadline
         (`decode.deadline_ms`) counts from `started_ns` (`time.monotonic_ns`; default: now)."""
-        from .prompts import build_messages
+        from ..prompts import build_messages
 
         conversation = build_messages(prompt, list(images), system=system)
         return self.generate_conversations([conversation], decode, started_ns=started_ns)[0]
