@@ -676,7 +676,8 @@ def test_replay_inputs_follow_the_input_table(monkeypatch: pytest.MonkeyPatch, t
     from wam_diff2_ros.bag import TopicInfo
     from wam_diff2_ros.cli.replay import build_parser, options_from_args
     from wam_diff2_ros.replay import settings, topics
-    from wam_diff2_ros.ros.inputs import INPUTS, InputRow, InputSpec
+    from wam_diff2_ros.ros.input_rows import InputRow
+    from wam_diff2_ros.ros.inputs import INPUTS, InputSpec
     from wam_diff2_ros.ros.params import SPEC_BY_NAME
 
     for spec in INPUTS:

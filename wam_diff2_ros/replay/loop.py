@@ -165,7 +165,7 @@ def _run_replay(
     from rclpy.serialization import deserialize_message
 
     from wam_diff2_ros.bag import BagError, message_class
-    from wam_diff2_ros.ros.inputs import input_table, receive
+    from wam_diff2_ros.ros.input_rows import input_table, receive
     from wam_diff2_ros.ros.runtime import PlannerRuntime
 
     run = Run(log)

@@ -43,7 +43,7 @@ from wam_diff2_ros.core.samples import InputProblem
 
 from . import qos
 from .diagnostics import KeyedThrottle, NodeHealth
-from .inputs import InputRow, input_names, input_table, receive
+from .input_rows import InputRow, input_names, input_table, receive
 from .model_slot import EngineFactory, ModelSlot
 from .outputs import output_types
 from .param_guard import (
