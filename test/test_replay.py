@@ -540,7 +540,7 @@ def test_window_and_max_plans(tmp_path: Path) -> None:
 
 
 def test_detection_is_replayed_with_detect(tmp_path: Path) -> None:
-    from node_helpers import ScriptedEngine
+    from scripted_engine import ScriptedEngine
 
     bag = write_drive_bag(tmp_path / "bag", straight(4.0), seconds=3.0, image_times=[0.5, 1.0, 1.5, 2.0, 2.5])
     options = ReplayOptions(

@@ -25,7 +25,7 @@ pytest.importorskip("google.protobuf", reason="decoding needs protobuf (pip inst
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from foxglove_client import SUBPROTOCOLS, FoxgloveClient
-from node_helpers import ScriptedEngine
+from scripted_engine import ScriptedEngine
 
 from wam_diff2_ros.replay import EXIT_OK, ReplayOptions, replay
 from wam_diff2_ros.viewer import TOPICS
