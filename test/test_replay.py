@@ -281,6 +281,9 @@ def test_sample_bag_predictions(sample_replay, sample_bag) -> None:
         assert record["valid"] is False and record["waypoints"] is None and record["reason"]
         assert record["acceleration_source"] == "topic" and record["command_source"] == "topic"
         assert record["timing"]["total_ms"] > 0
+        # on the bag clock the outputs are built at the tick: the gap from the image to the tick, no model time
+        assert "end_to_end_ms" not in record["timing"]
+        assert record["timing"]["schedule_delay_ms"] == pytest.approx((record["t_ns"] - record["stamp_ns"]) / 1e6)
     metrics = read_metrics(out)
     assert metrics["num_instants"] == 7 and metrics["invalid_rate"] == 1.0
     assert metrics["latency_ms"]["count"] == 7 and metrics["latency_ms"]["max"] > 0
