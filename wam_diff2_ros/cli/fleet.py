@@ -52,7 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
         "Ray workers that load the model once each, and report per bag and pooled. Ray starts inside the command "
         "unless --ray-address names a cluster. A rerun with the same --out skips bags already complete.",
         epilog="Exit codes: 0 every bag replayed; 1 Ray or the model could not start; 2 bad command line or inputs; "
-        "3 some bags failed (recorded with their reasons, the others complete); 130 interrupted.",
+        "3 some bags failed (recorded with their reasons, the others complete); 130 interrupted. "
+        "`wam-diff2-fleet scale WORK_DIR` measures the fleet against one replay after another on synthetic bags.",
     )
     parser.add_argument(
         "inputs", nargs="+", type=Path, metavar="BAG|DIR|MANIFEST", help="bags, folders of bags, text files of paths"
@@ -105,7 +106,14 @@ def options_from_args(args: argparse.Namespace) -> FleetOptions:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Console script ``wam-diff2-fleet`` (see :mod:`wam_diff2_ros.fleet`); returns the exit code."""
+    """Console script ``wam-diff2-fleet`` (see :mod:`wam_diff2_ros.fleet`); returns the exit code.
+    ``wam-diff2-fleet scale WORK_DIR ...`` measures the fleet against one replay after another
+    (:mod:`wam_diff2_ros.fleet.scale`)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["scale"]:
+        from wam_diff2_ros.fleet.scale import main as scale
+
+        return scale(argv[1:])
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
