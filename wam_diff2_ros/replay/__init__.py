@@ -51,7 +51,7 @@ Modules: ``settings`` (options, parameters → node config), ``topics`` (bag top
 row), ``loop`` (the replay; its planning instants follow the node's rule, :mod:`wam_diff2_ros.ros.schedule`),
 ``records`` / ``outputs`` (per-instant files), ``report`` (metrics, plots, summary), ``report_page``
 (``report.html``), ``serve`` (``--serve``), ``evaluation`` / ``plots`` (metrics against odometry),
-``interrupts``, ``progress``, ``run``, ``errors``; the command line is
+``interrupts``, ``progress``, ``state``, ``errors``; the command line is
 :mod:`wam_diff2_ros.cli.replay`.
 """
 
@@ -67,8 +67,8 @@ from wam_diff2_ros.replay.errors import (
 )
 from wam_diff2_ros.replay.interrupts import INTERRUPTS, InterruptGate
 from wam_diff2_ros.replay.loop import replay
-from wam_diff2_ros.replay.run import ReplayResult
 from wam_diff2_ros.replay.settings import ReplayOptions, build_config, params_hash, parse_set
+from wam_diff2_ros.replay.state import ReplayResult
 from wam_diff2_ros.replay.topics import TopicMap, TopicRequest, routes, select_topics
 from wam_diff2_ros.ros.schedule import InstantSchedule
 

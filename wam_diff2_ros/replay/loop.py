@@ -27,7 +27,6 @@ from wam_diff2_ros.replay.outputs import Outputs
 from wam_diff2_ros.replay.progress import Progress
 from wam_diff2_ros.replay.records import detection_record, error_record, plan_record
 from wam_diff2_ros.replay.report import finish
-from wam_diff2_ros.replay.run import ReplayResult, Run
 from wam_diff2_ros.replay.settings import (
     GROUND_TRUTH_MARGIN_S,
     MAX_CONSECUTIVE_ENGINE_ERRORS,
@@ -35,6 +34,7 @@ from wam_diff2_ros.replay.settings import (
     build_config,
     read_params,
 )
+from wam_diff2_ros.replay.state import ReplayResult, Run
 from wam_diff2_ros.replay.topics import OUTPUT_NAMES, OUTPUT_TOPICS, TopicMap, routes, select_topics
 from wam_diff2_ros.ros.schedule import InstantSchedule
 

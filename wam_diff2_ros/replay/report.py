@@ -13,12 +13,12 @@ from typing import Any
 from wam_diff2_ros.core.parsing import parse_waypoints
 from wam_diff2_ros.core.planning import describe_decoding
 from wam_diff2_ros.core.units import NS_PER_S
-from wam_diff2_ros.replay.confidence import confidence_analysis, decoding_summary
+from wam_diff2_ros.replay.confidence_analysis import confidence_analysis, decoding_summary
 from wam_diff2_ros.replay.errors import EXIT_BAG_DAMAGED, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NO_PLANS, EXIT_OK
 from wam_diff2_ros.replay.outputs import Outputs
 from wam_diff2_ros.replay.report_page import write_report_page
-from wam_diff2_ros.replay.run import NoTrack, ReplayResult, Run
 from wam_diff2_ros.replay.settings import ReplayOptions, params_hash
+from wam_diff2_ros.replay.state import NoTrack, ReplayResult, Run
 from wam_diff2_ros.replay.topics import BAG_DIR_NAME, TopicMap
 
 

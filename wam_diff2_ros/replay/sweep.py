@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from wam_diff2_ros.replay.confidence import decoding_summary, load_records
+from wam_diff2_ros.replay.confidence_analysis import decoding_summary, load_records
 from wam_diff2_ros.replay.errors import EXIT_OK
 from wam_diff2_ros.replay.settings import ReplayOptions
 
