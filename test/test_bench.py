@@ -13,8 +13,7 @@ from wam_diff2_ros.core.decoding import DecodeConfig
 def test_help_lists_every_subcommand_each_a_module_of_its_name(capsys) -> None:
     import importlib.util
 
-    with pytest.raises(SystemExit):
-        bench.main(["--help"])
+    assert bench.main(["--help"]) == 0
     printed = capsys.readouterr().out
     for name, what in bench.SUBCOMMANDS.items():
         assert f"  {name} " in printed and what in printed

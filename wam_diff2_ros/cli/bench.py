@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import sys
 from collections.abc import Sequence
 
 from wam_diff2_ros.bench import print_figures, run
 from wam_diff2_ros.bench.flags import build_parser as _build_parser
 from wam_diff2_ros.bench.flags import settings_from
+from wam_diff2_ros.cli import toolkit
 
 #: subcommand -> what it measures; each runs `main(argv)` of the module of its name in wam_diff2_ros.bench
 #: (dashes as underscores)
@@ -40,7 +40,7 @@ FLAG_SUBCOMMANDS = {"--end-to-end": "end-to-end", "--preprocessing": "preprocess
 
 def build_parser() -> argparse.ArgumentParser:
     """The default measurement's flags; `--help` lists the subcommands too."""
-    parser = _build_parser(description=__doc__.split("\n\n")[0])
+    parser = _build_parser(description=__doc__.split("\n\n")[0], kind=toolkit.Parser)
     width = max(map(len, SUBCOMMANDS))
     listing = "\n".join(f"  {name:<{width}}  {what}" for name, what in SUBCOMMANDS.items())
     parser.epilog = f"subcommands (wam-diff2-bench SUBCOMMAND --help for their flags):\n{listing}"
@@ -64,22 +64,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     if chosen is not None:
         name, rest = chosen
         return importlib.import_module(f"wam_diff2_ros.bench.{name.replace('-', '_')}").main(rest)
-    args = build_parser().parse_args(argv)
-    if args.iterations < 1 or args.warmup < 0 or args.cameras < 1 or args.batch < 1:
-        print(
-            "wam-diff2-bench: error: need --iterations >= 1, --warmup >= 0, --cameras >= 1, --batch >= 1",
-            file=sys.stderr,
-        )
-        return 2
+    parser = build_parser()
+    args = toolkit.parse(parser, argv)
+    if isinstance(args, int):
+        return args
+    problems = toolkit.below_minimum(args, iterations=1, warmup=0, cameras=1, batch=1)
+    if (refused := toolkit.refuse(parser.prog, problems)) is not None:
+        return refused
     try:
         figures = run(settings_from(args))
     except Exception as exc:
-        print(f"wam-diff2-bench: error: {exc}", file=sys.stderr)
-        return 1
+        toolkit.error(parser.prog, exc)
+        return toolkit.EXIT_FAILED
     print_figures(figures)
-    if args.json:
-        args.json.write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
-    return 0
+    toolkit.write_json(args.json, figures)
+    return toolkit.EXIT_OK
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from wam_diff2_ros.cli import replay as replay_cli
+from wam_diff2_ros.cli import toolkit
 from wam_diff2_ros.fleet import (
     EXIT_INTERRUPTED,
     EXIT_SETUP,
@@ -46,7 +47,7 @@ def _copy_replay_arguments(parser: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``wam-diff2-fleet`` argument parser."""
-    parser = replay_cli._Parser(
+    parser = toolkit.Parser(
         prog="wam-diff2-fleet",
         description="Replay many bags through the WAM-Diff2 node's planning path (as wam-diff2-replay does one) on "
         "Ray workers that load the model once each, and report per bag and pooled. Ray starts inside the command "
@@ -115,19 +116,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return scale(argv[1:])
     parser = build_parser()
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:
-        return int(exc.code) if isinstance(exc.code, int) else EXIT_USAGE
+    args = toolkit.parse(parser, argv)
+    if isinstance(args, int):
+        return args
     prog = parser.prog
     previous = INTERRUPTS.install()
     try:
         result = run_fleet(options_from_args(args))
     except (FleetUsageError, ReplayUsageError) as exc:
-        print(f"{prog}: error: {exc}", file=sys.stderr)
+        toolkit.error(prog, exc)
         return EXIT_USAGE
     except (FleetSetupError, ReplayModelError) as exc:
-        print(f"{prog}: error: {exc}", file=sys.stderr)
+        toolkit.error(prog, exc)
         return EXIT_SETUP
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
@@ -136,7 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         INTERRUPTS.restore(previous)
     print(json.dumps(result.summary, indent=1))
     for name, reason in result.summary["failures"].items():
-        print(f"{prog}: {name} failed: {reason}", file=sys.stderr)
+        toolkit.error(prog, f"{name} failed: {reason}")
     return result.exit_code
 
 
