@@ -58,11 +58,6 @@ def refuse(prog: str, problems: Sequence[str]) -> int | None:
     return EXIT_USAGE if problems else None
 
 
-def add_json(parser: argparse.ArgumentParser, what: str = "the figures") -> None:
-    """The ``--json PATH`` flag."""
-    parser.add_argument("--json", type=Path, default=None, help=f"also write {what} to this JSON file")
-
-
 def write_json(path: Path | None, value: Any) -> None:
     """``value`` as indented JSON at ``path`` (nothing when ``path`` is None)."""
     if path is not None:
