@@ -18,7 +18,7 @@ from wam_diff2_ros.replay.confidence_analysis import confidence_analysis, decodi
 from wam_diff2_ros.replay.errors import EXIT_BAG_DAMAGED, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NO_PLANS, EXIT_OK
 from wam_diff2_ros.replay.outputs import Outputs
 from wam_diff2_ros.replay.report_page import write_report_page
-from wam_diff2_ros.replay.settings import ReplayOptions, params_hash
+from wam_diff2_ros.replay.settings import RunPlan, params_hash
 from wam_diff2_ros.replay.state import NoTrack, ReplayResult, Run
 from wam_diff2_ros.replay.topics import BAG_DIR_NAME, TopicMap
 
@@ -65,7 +65,7 @@ def plan_records_for_metrics(
 
 def finish(
     run: Run,
-    options: ReplayOptions,
+    plan: RunPlan,
     reader: Any,
     config: Any,
     topic_map: TopicMap,
@@ -79,17 +79,17 @@ def finish(
     ``summary.txt``) and return its :class:`ReplayResult`."""
     from wam_diff2_ros.replay import evaluation
 
-    out = options.out
+    out = plan.out
     track, ground_truth, notes = _ground_truth(run, topic_map)
     metrics, instants, plan_rows = _plan_metrics(run, config, track, notes)
-    plots = _write_plots(out, options.plots, plan_rows, metrics, track, config, engine, Path(reader.path).name, notes)
+    plots = _write_plots(out, plan.plots, plan_rows, metrics, track, config, engine, Path(reader.path).name, notes)
     metrics.update(
         ground_truth=ground_truth,
         complete=exit_code in (EXIT_OK, EXIT_NO_PLANS),
         bag_error=run.bag_error,
         exit_code=exit_code,
         notes=notes,
-        run=_run_section(run, options, reader, config, topic_map, engine, outputs, wall_start, load_s),
+        run=_run_section(run, plan, reader, config, topic_map, engine, outputs, wall_start, load_s),
     )
     metrics_path = evaluation.write_metrics_json(metrics, out / "metrics.json")
     report_path: Path | None = out / "report.html"
@@ -235,7 +235,7 @@ def _write_plots(
 
 def _run_section(
     run: Run,
-    options: ReplayOptions,
+    plan: RunPlan,
     reader: Any,
     config: Any,
     topic_map: TopicMap,
@@ -254,19 +254,19 @@ def _run_section(
         "device": str(getattr(engine, "device", config.device)),
         "dtype": str(getattr(engine, "dtype", config.dtype)).replace("torch.", ""),
         "decoding_engine": describe_decoding(engine, config.decode),
-        "params_file": str(options.params) if options.params else None,
-        "overrides": dict(options.overrides),
+        "params_file": plan.params_file,
+        "overrides": dict(plan.overrides),
         "params_hash": params_hash(config.values),
         "pixel_limits": [config.min_pixels, config.max_pixels],
         "planning_rate_hz": config.rate_hz,
-        "start_s": options.start_s,
-        "duration_s": options.duration_s,
-        "max_plans": options.max_plans,
+        "start_s": plan.start_s,
+        "duration_s": plan.duration_s,
+        "max_plans": plan.max_plans,
         "bag_start_ns": run.bag_start_ns,
         "last_message_ns": run.last_stamp_ns,
         "messages_read": run.messages_read,
         "messages_fed": dict(sorted(run.messages_fed.items())),
-        "detections": run.detections if options.detect else None,
+        "detections": run.detections if plan.detect else None,
         "output_messages": outputs.output_counts(),
         "instants": len(run.records),
         "model_load_s": load_s,
