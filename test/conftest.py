@@ -22,21 +22,18 @@ Fixtures (all skip with a reason when rclpy is not importable):
 * ``ros_process``: a factory that starts child processes with the test environment
   (:class:`RosProcess`), stopped (SIGINT, then SIGKILL) at teardown.
 
-Helpers usable without fixtures: :func:`wait_for_messages`, :func:`wait_until`,
-:func:`subprocess_env`, :data:`FASTDDS_PROFILE`.
+Helpers usable without fixtures: :func:`wait_for_messages`, :data:`FASTDDS_PROFILE`; the process helpers
+(``subprocess_env``, ``stop_process``, ``unique_name``) live in ``process_helpers.py`` and ``wait_until`` in
+``core_helpers.py`` (tests import those modules, never this one).
 """
 
 from __future__ import annotations
 
-import itertools
 import os
 import shutil
-import signal
 import subprocess
-import sys
 import tempfile
 import threading
-import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,7 +41,8 @@ from typing import Any
 
 import pytest
 import torch
-from core_helpers import patient
+from core_helpers import patient, wait_until
+from process_helpers import is_foreign_python, stop_process, subprocess_env, unique_name
 
 # Triton's kernels run under its CPU interpreter where there is no GPU; the switch is read when a kernel is
 # decorated, so it must be set before any test module imports one (test_triton_kernels.py is not the first).
@@ -53,15 +51,11 @@ if not torch.cuda.is_available():
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 FASTDDS_PROFILE = REPO_ROOT / "config" / "fastdds_profile.xml"
-#: Environment variables a child process on a *different* Python must not inherit: the PyPI ROS
-#: wheels' bootstrapper sets them for this venv's Python only.
-BOOTSTRAP_VARIABLES = ("LD_LIBRARY_PATH", "_ROS_WHEELS_BOOTSTRAP_COMPLETE")
 DEFAULT_TIMEOUT_S = 10.0
 
 
 _ROS_ENV: dict[str, str] = {}
 _TMP_DIR: Path | None = None
-_NAME_COUNTER = itertools.count()
 
 
 def session_domain_id() -> int:
@@ -120,22 +114,6 @@ def pytest_report_header(config: pytest.Config) -> str:
 
 def _require_rclpy() -> Any:
     return pytest.importorskip("rclpy", reason="rclpy is not importable (install the PyPI ROS 2 wheels)")
-
-
-def unique_name(stem: str = "test") -> str:
-    """A node name unique within this session, e.g. ``test_node_3``."""
-    return f"{stem}_{next(_NAME_COUNTER)}"
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = DEFAULT_TIMEOUT_S, period: float = 0.02) -> bool:
-    """Poll ``predicate`` until it is true or ``timeout`` (scaled) seconds pass; return its last value."""
-    deadline = time.monotonic() + patient(timeout)
-    while True:
-        if predicate():
-            return True
-        if time.monotonic() >= deadline:
-            return bool(predicate())
-        time.sleep(period)
 
 
 def wait_for_messages(
@@ -265,32 +243,6 @@ def ros(ros_context: Any) -> Iterator[RosHarness]:
         raise errors[0]
 
 
-def _is_foreign_python(executable: str) -> bool:
-    """True for a Python interpreter other than this venv's (bootstrap variables must not leak)."""
-    name = Path(executable).name
-    if not name.startswith("python"):
-        return False
-    return (
-        os.path.abspath(executable) != os.path.abspath(sys.executable)
-        and Path(os.path.abspath(executable)).parent != Path(os.path.abspath(sys.executable)).parent
-    )
-
-
-def subprocess_env(foreign_python: bool = False, **overrides: str) -> dict[str, str]:
-    """Environment for a child process: this process' (with the isolation) plus ``overrides``.
-
-    With ``foreign_python`` the PyPI ROS wheels' bootstrap variables are removed, because a
-    different interpreter would otherwise load this venv's libraries (or skip its own bootstrap).
-    """
-    env = dict(os.environ)
-    env.update(_ROS_ENV)
-    if foreign_python:
-        for variable in BOOTSTRAP_VARIABLES:
-            env.pop(variable, None)
-    env.update(overrides)
-    return env
-
-
 @dataclass
 class RosProcess:
     """A child process started by the ``ros_process`` fixture; output goes to ``log_path``."""
@@ -309,18 +261,6 @@ class RosProcess:
     def stop(self, timeout: float = 5.0) -> int:
         """SIGINT (what Ctrl-C / ros2 launch send), then SIGKILL after ``timeout``; return exit code."""
         return stop_process(self.popen, timeout)
-
-
-def stop_process(popen: subprocess.Popen, timeout: float) -> int:
-    """Stop a child as Ctrl-C / ``ros2 launch`` do: SIGINT, then SIGKILL after ``timeout`` (scaled); its exit code."""
-    if popen.poll() is None:
-        popen.send_signal(signal.SIGINT)
-        try:
-            popen.wait(patient(timeout))
-        except subprocess.TimeoutExpired:
-            popen.kill()
-            popen.wait(patient(timeout))
-    return popen.returncode
 
 
 @pytest.fixture
@@ -342,7 +282,7 @@ def ros_process(tmp_path: Path) -> Iterator[Callable[..., RosProcess]]:
         cwd: str | Path | None = None,
     ) -> RosProcess:
         if foreign_python is None:
-            foreign_python = _is_foreign_python(str(cmd[0]))
+            foreign_python = is_foreign_python(str(cmd[0]))
         log_path = tmp_path / f"process_{len(started)}.log"
         with log_path.open("wb") as log:
             popen = subprocess.Popen(

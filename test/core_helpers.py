@@ -6,6 +6,8 @@ import atexit
 import os
 import shutil
 import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,18 @@ WAIT_SCALE = float(os.environ.get("WAM_DIFF2_TEST_WAIT_SCALE", "6"))
 def patient(seconds: float) -> float:
     """A wait limit, scaled for a busy machine (see ``WAIT_SCALE``)."""
     return seconds * WAIT_SCALE
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 10.0, period: float = 0.02) -> bool:
+    """Poll ``predicate`` until it is true or ``timeout`` (scaled: :func:`patient`) seconds pass; its last value.
+    The one wait helper of the tests (a wait is for an event, never a fixed sleep)."""
+    deadline = time.monotonic() + patient(timeout)
+    while True:
+        if predicate():
+            return True
+        if time.monotonic() >= deadline:
+            return bool(predicate())
+        time.sleep(period)
 
 
 _ROOT: Path | None = None

@@ -10,6 +10,17 @@ from wam_diff2_ros.cli import bench
 from wam_diff2_ros.core.engine.decoding import DecodeConfig
 
 
+def test_help_lists_every_subcommand_each_a_module_of_its_name(capsys) -> None:
+    import importlib.util
+
+    assert bench.main(["--help"]) == 0
+    printed = capsys.readouterr().out
+    for name, what in bench.SUBCOMMANDS.items():
+        assert f"  {name} " in printed and what in printed
+        assert importlib.util.find_spec(f"wam_diff2_ros.bench.{name.replace('-', '_')}") is not None, name
+    assert set(bench.FLAG_SUBCOMMANDS.values()) <= set(bench.SUBCOMMANDS)
+
+
 def test_bench_compares_exact_and_fast_on_the_tiny_model(tmp_path, capsys):
     out = tmp_path / "bench.json"
     argv = ["--model_id", "tiny", "--device", "cpu", "--dtype", "float32", "--width", "64", "--height", "64"]

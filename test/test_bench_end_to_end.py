@@ -1,15 +1,16 @@
-"""bench.end_to_end and bench.preprocessing: whole plans through the node's runtime, host vs device preprocessing."""
+"""bench.end_to_end and bench.preprocess: whole plans through the node's runtime, host vs device preprocessing."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 pytest.importorskip("rclpy", reason="rclpy is not importable (install the PyPI ROS 2 wheels)")
 
 from wam_diff2_ros.bench.end_to_end import DYNAMIC, STAGES, forced_steps
-from wam_diff2_ros.bench.preprocessing import compare
+from wam_diff2_ros.bench.preprocess import compare
 from wam_diff2_ros.cli.bench import main
 from wam_diff2_ros.core.engine.decoding import DecodeConfig
 
@@ -63,3 +64,11 @@ def test_device_preprocessing_matches_host_and_reference() -> None:
         if row["device_vs_reference"] is not None:
             assert row["device_vs_reference"] <= 1e-6  # transformers rescales, then normalises: float rounding
     assert figures["timing"]["host_path_ms"] > 0 and figures["timing"]["frame_copy_ms"] > 0
+    assert figures["timing"]["host_pixel_values_ms"] > 0
+
+
+def test_preprocess_compares_with_another_processor_file() -> None:
+    from wam_diff2_ros.core import processor
+
+    timing = compare(((320, 180),), repeats=1, previous=Path(processor.__file__))["timing"]
+    assert timing["previous_identical"] is True and timing["previous_ms"] > 0

@@ -15,7 +15,8 @@ import pytest
 
 pytest.importorskip("rclpy", reason="rclpy is not importable (install the PyPI ROS 2 wheels)")
 
-from node_helpers import REPO_ROOT, Harness, NodeProcess, tiny_checkpoint, wait_until, write_params
+from core_helpers import tiny_checkpoint, wait_until
+from node_helpers import REPO_ROOT, Harness, NodeProcess, write_params
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 SCRIPT = REPO_ROOT / "scripts" / "colcon_build.sh"

@@ -15,7 +15,7 @@ from wam_diff2_ros.core.confidence import (
     waypoint_token_probabilities,
 )
 from wam_diff2_ros.core.parsing import parse_waypoints
-from wam_diff2_ros.replay.confidence import confidence_analysis, decoding_summary, spearman
+from wam_diff2_ros.replay.confidence_analysis import confidence_analysis, decoding_summary, spearman
 from wam_diff2_ros.replay.evaluation import EgoTrack
 
 pytestmark = pytest.mark.core

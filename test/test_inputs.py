@@ -1,4 +1,4 @@
-"""ros.inputs: the node's input table binds each row of INPUTS to its topic, message class, QoS key and the
+"""ros.input_rows: the node's input table binds each row of INPUTS to its topic, message class, QoS key and the
 runtime's handler, per camera by transport; a message handed to a row reaches the runtime."""
 
 from __future__ import annotations
@@ -8,13 +8,16 @@ import pytest
 pytest.importorskip("rclpy", reason="rclpy is not importable (install the PyPI ROS 2 wheels)")
 
 import numpy as np
+from core_helpers import tiny_checkpoint
 from nav_msgs.msg import Odometry
-from node_helpers import ScriptedEngine, rgb_image_msg, tiny_checkpoint
+from node_helpers import rgb_image_msg
+from scripted_engine import ScriptedEngine
 from sensor_msgs.msg import CameraInfo, CompressedImage, Image
 from std_msgs.msg import String
 
 from wam_diff2_ros.ros.conversions import ns_to_stamp
-from wam_diff2_ros.ros.inputs import INPUTS, QOS_INPUTS, input_names, input_table, receive
+from wam_diff2_ros.ros.input_rows import input_names, input_table, receive
+from wam_diff2_ros.ros.inputs import INPUTS, QOS_INPUTS
 from wam_diff2_ros.ros.params import NodeConfig
 from wam_diff2_ros.ros.runtime import PlannerRuntime
 

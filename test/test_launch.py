@@ -339,7 +339,8 @@ def command_line(node_action: Any, tmp_path: Path) -> list[str]:
 @pytest.mark.ros
 def test_launched_node_comes_up_with_the_yaml(launch_module, tmp_path) -> None:
     pytest.importorskip("rclpy", reason="rclpy is not importable")
-    from node_helpers import Harness, NodeProcess, tiny_checkpoint, wait_until
+    from core_helpers import tiny_checkpoint, wait_until
+    from node_helpers import Harness, NodeProcess
 
     ctx = context(
         launch_module,

@@ -31,9 +31,16 @@ ALLOWED: dict[str, set[str]] = {
     "bag": {"core", "ros", "bag"},
     "sim": {"core", "bag", "sim"},
     "replay": {"core", "demo", "viewer", "ros", "bag", "replay"},
-    "fleet": {"core", "demo", "viewer", "ros", "bag", "replay", "fleet"},
+    "fleet": {"core", "demo", "viewer", "ros", "bag", "sim", "replay", "fleet"},  # sim: `scale`'s synthetic bags
     "demo.train": {"core", "demo", "sim", "demo.train"},
-    "bench": {"core", "demo", "ros", "bench"},  # ros: the image-conversion and end-to-end benchmarks only
+    "bench": {
+        "core",
+        "demo",
+        "viewer",
+        "ros",
+        "sim",
+        "bench",
+    },  # ros: conversions, end-to-end, flood; viewer, sim: `viewer`, `flood`
     "infer": {"core", "demo", "infer"},
     "interfaces": {"interfaces"},
     "cli": {

@@ -26,17 +26,8 @@ import pytest
 
 pytest.importorskip("rclpy", reason="rclpy is not importable (install the PyPI ROS 2 wheels)")
 
-from node_helpers import (
-    REPO_ROOT,
-    Collector,
-    Harness,
-    NodeProcess,
-    node_command,
-    tiny_checkpoint,
-    trained_checkpoint,
-    wait_until,
-    write_params,
-)
+from core_helpers import tiny_checkpoint, wait_until
+from node_helpers import REPO_ROOT, Collector, Harness, NodeProcess, node_command, trained_checkpoint, write_params
 
 from wam_diff2_ros.bag import BagReader, message_class
 from wam_diff2_ros.ros.conversions import stamp_to_ns

@@ -20,6 +20,7 @@ import pytest
 
 pytest.importorskip("rclpy", reason="rclpy is not importable (install the PyPI ROS 2 wheels)")
 
+from core_helpers import wait_until
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from lifecycle_msgs.msg import Transition
 from nav_msgs.msg import Path as PathMsg
@@ -33,11 +34,10 @@ from node_helpers import (
     diagnostic_status,
     diagnostic_values,
     node_command,
-    scripted_plan,
-    wait_until,
     write_params,
 )
 from rclpy.qos import qos_profile_sensor_data
+from scripted_engine import scripted_plan
 from sensor_msgs.msg import Image
 from std_msgs.msg import String
 from visualization_msgs.msg import MarkerArray
@@ -86,11 +86,8 @@ def node(tmp_path_factory, harness):
         node_command([REPO_ROOT / "config" / "wam_diff2.yaml", params], "-r", f"__ns:={NS}"), tmp / "node.log"
     )
     try:
-        state = None
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and state != "active" and process.alive():
-            state = harness.lifecycle_state(NODE, timeout=2.0)
-        assert state == "active", process.output()
+        active = wait_until(lambda: not process.alive() or harness.lifecycle_state(NODE, timeout=2.0) == "active", 60)
+        assert active and process.alive(), process.output()
         yield process
     finally:
         code = process.stop()
@@ -265,8 +262,7 @@ def test_bad_input_is_survived_with_a_diagnostic(node, feed, topics, harness, ch
 
 @pytest.mark.parametrize("encoding", ["bgr8", "mono8", "yuv422"])
 def test_other_encodings_are_planned_on(node, feed, topics, harness, encoding: str) -> None:
-    feed.encoding = encoding
-    time.sleep(0.3)
+    feed.encoding = encoding  # a plan on an image stamped after now (assert_planning_resumes) is on this encoding
     assert_planning_resumes(topics, harness)
 
 
@@ -282,10 +278,12 @@ def test_engine_failure_is_reported_and_the_worker_continues(node, feed, topics,
 # --- plans a controller can trust ----------------------------------------------------------------------------
 
 
-def test_fixed_frame_path_is_the_plan_transformed_by_the_ego_pose(node, feed, topics, harness) -> None:
+def test_fixed_frame_path_is_the_plan_transformed_by_the_ego_pose(node, feeder, feed, topics, harness) -> None:
+    sent = len(feeder.sent_odometry_stamps)
     feed.pose = (10.0, 5.0, math.pi / 2)  # the ego at (10 m, 5 m), yaw 90° in odom
-    time.sleep(0.3)
-    start = now_ns(harness)
+    # the second odometry sent from now on carries the new pose: a plan on a later image interpolates new poses only
+    assert wait_until(lambda: len(feeder.sent_odometry_stamps) >= sent + 2)
+    start = feeder.sent_odometry_stamps[sent + 1]
     fixed = topics["path_fixed"].wait_for(newer_than(start), 10)
     assert fixed is not None, node.output()
     stamp = stamp_to_ns(fixed.header.stamp)

@@ -11,6 +11,7 @@ import pytest
 
 pytest.importorskip("rclpy", reason="rclpy is not importable (install the PyPI ROS 2 wheels)")
 
+from core_helpers import wait_until
 from diagnostic_msgs.msg import DiagnosticArray
 from node_helpers import (
     REPO_ROOT,
@@ -23,7 +24,6 @@ from node_helpers import (
     diagnostic_values,
     node_command,
     trained_checkpoint,
-    wait_until,
     write_params,
 )
 

@@ -17,6 +17,7 @@ import pytest
 
 pytest.importorskip("rclpy", reason="rclpy is not importable (install the PyPI ROS 2 wheels)")
 
+from core_helpers import tiny_checkpoint, wait_until
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from nav_msgs.msg import Path as PathMsg
 from node_helpers import (
@@ -28,9 +29,7 @@ from node_helpers import (
     SensorFeeder,
     diagnostic_status,
     node_command,
-    tiny_checkpoint,
     trained_checkpoint,
-    wait_until,
     write_params,
 )
 from rclpy.qos import qos_profile_sensor_data

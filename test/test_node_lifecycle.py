@@ -10,9 +10,9 @@ import pytest
 
 rclpy = pytest.importorskip("rclpy", reason="rclpy is not importable (install the PyPI ROS 2 wheels)")
 
-from node_helpers import ScriptedEngine  # noqa: E402
 from rclpy.lifecycle import TransitionCallbackReturn  # noqa: E402
 from rclpy.parameter import Parameter  # noqa: E402
+from scripted_engine import ScriptedEngine  # noqa: E402
 
 from wam_diff2_ros.core.checkpoint import CheckpointError  # noqa: E402
 from wam_diff2_ros.ros.conversions import stamp_to_ns  # noqa: E402
@@ -123,8 +123,9 @@ def test_parameters_of_other_nodes_are_ignored_with_a_warning(make_node) -> None
 
 def test_rate_zero_plans_once_per_front_image(ros, tmp_path: Path) -> None:
     """planning.rate_hz 0: one plan per new front image (same process, real DDS between the two nodes)."""
+    from core_helpers import wait_until
     from nav_msgs.msg import Path as PathMsg
-    from node_helpers import Collector, FeedSettings, SensorFeeder, wait_until
+    from node_helpers import Collector, FeedSettings, SensorFeeder
 
     overrides = [
         Parameter("autostart", value=False),

@@ -13,6 +13,7 @@ import pytest
 
 pytest.importorskip("rclpy", reason="rclpy is not importable (install the PyPI ROS 2 wheels)")
 
+from core_helpers import wait_until
 from nav_msgs.msg import Path as PathMsg
 from node_helpers import (
     REPO_ROOT,
@@ -20,16 +21,15 @@ from node_helpers import (
     FeedSettings,
     Harness,
     NodeProcess,
-    ScriptedEngine,
     SensorFeeder,
     node_command,
-    wait_until,
     write_params,
 )
 from rcl_interfaces.msg import ParameterType
 from rcl_interfaces.srv import DescribeParameters, SetParameters
 from rclpy.lifecycle import TransitionCallbackReturn
 from rclpy.parameter import Parameter
+from scripted_engine import ScriptedEngine
 
 from wam_diff2_ros.ros.node import WamDiff2Node
 from wam_diff2_ros.ros.params import PARAMETER_SPECS

@@ -10,10 +10,12 @@ import pytest
 
 pytest.importorskip("rclpy", reason="rclpy is not importable (install the PyPI ROS 2 wheels)")
 
+from core_helpers import tiny_checkpoint
 from geometry_msgs.msg import AccelWithCovarianceStamped
 from nav_msgs.msg import Odometry
-from node_helpers import ScriptedEngine, jpeg_msg, rgb_image_msg, scripted_plan, tiny_checkpoint
+from node_helpers import jpeg_msg, rgb_image_msg
 from PIL import Image as PILImage
+from scripted_engine import ScriptedEngine, scripted_plan
 from sensor_msgs.msg import CameraInfo
 from std_msgs.msg import String
 

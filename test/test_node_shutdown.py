@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("rclpy", reason="rclpy is not importable (install the PyPI ROS 2 wheels)")
 
-from core_helpers import patient
+from core_helpers import patient, tiny_checkpoint, wait_until
 from node_helpers import (
     REPO_ROOT,
     Collector,
@@ -22,8 +22,6 @@ from node_helpers import (
     NodeProcess,
     SensorFeeder,
     node_command,
-    tiny_checkpoint,
-    wait_until,
     write_params,
 )
 

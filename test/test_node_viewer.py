@@ -18,9 +18,9 @@ pytest.importorskip("google.protobuf", reason="decoding needs protobuf (pip inst
 
 from foxglove_client import FoxgloveClient  # noqa: E402
 from listening import listening_sockets  # noqa: E402
-from node_helpers import ScriptedEngine  # noqa: E402
 from rclpy.lifecycle import TransitionCallbackReturn  # noqa: E402
 from rclpy.parameter import Parameter  # noqa: E402
+from scripted_engine import ScriptedEngine  # noqa: E402
 
 from wam_diff2_ros.ros.node import WamDiff2Node  # noqa: E402
 from wam_diff2_ros.viewer import TOPICS  # noqa: E402

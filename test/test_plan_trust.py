@@ -13,8 +13,9 @@ import pytest
 pytest.importorskip("rclpy", reason="rclpy is not importable (install the PyPI ROS 2 wheels)")
 
 from nav_msgs.msg import Odometry
-from node_helpers import ScriptedEngine, jpeg_msg, rgb_image_msg, scripted_plan
+from node_helpers import jpeg_msg, rgb_image_msg
 from PIL import Image as PILImage
+from scripted_engine import ScriptedEngine, scripted_plan
 from std_msgs.msg import String
 
 from wam_diff2_ros.core.frames import EgoPose, pose_at, transform_waypoints, yaw_from_quaternion

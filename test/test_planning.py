@@ -7,7 +7,8 @@ import math
 
 import numpy as np
 import pytest
-from node_helpers import DETECTION_BOXES, ScriptedEngine, scripted_plan, tiny_checkpoint
+from core_helpers import tiny_checkpoint
+from scripted_engine import DETECTION_BOXES, ScriptedEngine, scripted_plan
 
 from wam_diff2_ros.core.camera import CameraFrame, CameraIntrinsics
 from wam_diff2_ros.core.engine.decoding import DecodeConfig
@@ -20,6 +21,8 @@ from wam_diff2_ros.core.planning import (
     StageTiming,
 )
 from wam_diff2_ros.core.prompts import NavigationCommand
+
+pytestmark = pytest.mark.core
 
 STAMP = 1_700_000_000_000_000_000
 

@@ -19,8 +19,9 @@ from wam_diff2_ros.cli.play import main
 
 pytest.importorskip("rclpy", reason="rclpy is not importable (install the PyPI ROS 2 wheels)")
 
-from conftest import subprocess_env
+from core_helpers import wait_until
 from node_helpers import Collector, Harness
+from process_helpers import subprocess_env
 
 from wam_diff2_ros.bag import BagReader, TopicInfo
 from wam_diff2_ros.ros.conversions import stamp_to_ns
@@ -156,7 +157,7 @@ def test_truncated_bag_plays_what_is_readable_and_exits_3(bag, harness, tmp_path
     done = subprocess.run(command, env=subprocess_env(), capture_output=True, text=True, timeout=120)
     assert done.returncode == 3, done.stderr
     assert "error:" in done.stderr and str(storage) in done.stderr
-    time.sleep(0.5)
+    assert wait_until(lambda: len(odometry.snapshot()) > 0)
     received = odometry.snapshot()
     assert 0 < len(received) < len(_bag_messages(bag, ODOM))
     harness.node.destroy_subscription(odometry.subscription)

@@ -8,7 +8,7 @@ import pytest
 pytest.importorskip("rclpy", reason="rclpy is not importable (install the PyPI ROS 2 wheels)")
 
 import rclpy
-from conftest import unique_name
+from process_helpers import unique_name
 from rclpy.context import Context
 from rclpy.node import Node
 

@@ -281,6 +281,9 @@ def test_sample_bag_predictions(sample_replay, sample_bag) -> None:
         assert record["valid"] is False and record["waypoints"] is None and record["reason"]
         assert record["acceleration_source"] == "topic" and record["command_source"] == "topic"
         assert record["timing"]["total_ms"] > 0
+        # on the bag clock the outputs are built at the tick: the gap from the image to the tick, no model time
+        assert "end_to_end_ms" not in record["timing"]
+        assert record["timing"]["schedule_delay_ms"] == pytest.approx((record["t_ns"] - record["stamp_ns"]) / 1e6)
     metrics = read_metrics(out)
     assert metrics["num_instants"] == 7 and metrics["invalid_rate"] == 1.0
     assert metrics["latency_ms"]["count"] == 7 and metrics["latency_ms"]["max"] > 0
@@ -540,7 +543,7 @@ def test_window_and_max_plans(tmp_path: Path) -> None:
 
 
 def test_detection_is_replayed_with_detect(tmp_path: Path) -> None:
-    from node_helpers import ScriptedEngine
+    from scripted_engine import ScriptedEngine
 
     bag = write_drive_bag(tmp_path / "bag", straight(4.0), seconds=3.0, image_times=[0.5, 1.0, 1.5, 2.0, 2.5])
     options = ReplayOptions(
@@ -676,7 +679,8 @@ def test_replay_inputs_follow_the_input_table(monkeypatch: pytest.MonkeyPatch, t
     from wam_diff2_ros.bag import TopicInfo
     from wam_diff2_ros.cli.replay import build_parser, options_from_args
     from wam_diff2_ros.replay import settings, topics
-    from wam_diff2_ros.ros.inputs import INPUTS, InputRow, InputSpec
+    from wam_diff2_ros.ros.input_rows import InputRow
+    from wam_diff2_ros.ros.inputs import INPUTS, InputSpec
     from wam_diff2_ros.ros.params import SPEC_BY_NAME
 
     for spec in INPUTS:

@@ -79,7 +79,7 @@ def _is_sorted(values: list[str], descending: bool = False) -> bool:
 @pytest.fixture(scope="module")
 def sample_report(tmp_path_factory) -> Path:
     pytest.importorskip("rclpy", reason="the replay needs rclpy (install the PyPI ROS 2 wheels)")
-    from node_helpers import ScriptedEngine
+    from scripted_engine import ScriptedEngine
 
     from wam_diff2_ros.replay import EXIT_OK, ReplayOptions, replay
     from wam_diff2_ros.sim import make_sample_bag

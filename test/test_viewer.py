@@ -187,3 +187,101 @@ def test_closing_frees_the_port_at_once() -> None:
         view.close()
         with pytest.raises(OSError), socket.create_connection(("127.0.0.1", port), timeout=5):
             pass
+
+
+# --- the published client (@foxglove/ws-protocol from npm) --------------------------------------------------
+
+NPM_CLIENT = Path(__file__).resolve().parent / "foxglove_ws_protocol"
+
+
+class NpmClient:
+    """``test/foxglove_ws_protocol/client.mjs`` in node: @foxglove/ws-protocol's ``FoxgloveClient`` offering
+    ``subprotocols``; its events (JSON lines) collected by a thread."""
+
+    def __init__(self, url: str, subprotocols: str, topics: list[str]) -> None:
+        import shutil
+        import subprocess
+        import threading
+
+        node, npm = shutil.which("node"), shutil.which("npm")
+        if node is None or npm is None:
+            pytest.skip("node and npm are needed to run the published Foxglove client (@foxglove/ws-protocol)")
+        if not (NPM_CLIENT / "node_modules" / "@foxglove" / "ws-protocol").is_dir():  # .ci/run installs it too
+            subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=NPM_CLIENT, check=True, timeout=600)
+        command = [node, str(NPM_CLIENT / "client.mjs"), url, subprotocols, *topics]
+        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.events: list[dict] = []
+        self.exited = False
+        self.changed = threading.Condition()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.process.stdout:
+            with self.changed:
+                self.events.append(json.loads(line))
+                self.changed.notify_all()
+        with self.changed:
+            self.exited = True
+            self.changed.notify_all()
+
+    def wait_for(self, predicate, timeout_s: float = 60.0) -> bool:
+        """Wait until ``predicate(events)`` holds (False at once if the client exited without it)."""
+        with self.changed:
+            self.changed.wait_for(lambda: predicate(self.events) or self.exited, timeout_s)
+            return bool(predicate(self.events))
+
+    def messages(self, topic: str) -> list[dict]:
+        with self.changed:
+            return [e for e in self.events if e["event"] == "message" and e["topic"] == topic]
+
+    def close(self) -> None:
+        self.process.stdin.close()
+        try:
+            self.process.wait(30)
+        finally:
+            if self.process.poll() is None:
+                self.process.kill()
+
+
+def test_the_published_foxglove_client_offering_both_subprotocols_sees_the_plan() -> None:
+    """Foxglove's own client library, as its README uses it, offering ``foxglove.websocket.v1`` and
+    ``foxglove.sdk.v1`` (what Foxglove apps and Lichtblick >= 1.22.1 offer): the view speaks ``foxglove.sdk.v1``."""
+    pytest.importorskip("foxglove", reason="the live view needs foxglove-sdk (pip install '.[viewer]')")
+    view = LiveView(ViewerSettings(0))
+    view.start()
+    client = NpmClient(view.url, "foxglove.websocket.v1,foxglove.sdk.v1", [TOPICS["plan"], TOPICS["info"]])
+    try:
+        assert client.wait_for(lambda events: any(e["event"] == "open" for e in events)), client.events
+        assert [e["protocol"] for e in client.events if e["event"] == "open"] == ["foxglove.sdk.v1"]
+        assert view.wait_for_subscribers([TOPICS["plan"], TOPICS["info"]], 60)
+        view.submit(PlanUpdate(STAMP, plan(confidence=CONFIDENCE)))
+        assert client.wait_for(lambda _: client.messages(TOPICS["plan"]) and client.messages(TOPICS["info"]))
+        (scene,) = client.messages(TOPICS["plan"])
+        assert (scene["schemaName"], scene["encoding"], int(scene["logTime"])) == (
+            "foxglove.SceneUpdate",
+            "protobuf",
+            STAMP,
+        )
+        assert scene["size"] > 100
+        (info,) = client.messages(TOPICS["info"])
+        assert info["json"]["status"] == "valid" and info["json"]["waypoint_confidence"] == list(CONFIDENCE)
+        assert not [e for e in client.events if e["event"] == "error"], client.events
+    finally:
+        client.close()
+        view.close()
+
+
+def test_a_client_offering_only_the_old_subprotocol_is_refused() -> None:
+    """foxglove-sdk accepts ``foxglove.sdk.v1`` only: a client offering just ``foxglove.websocket.v1`` (Lichtblick
+    before 1.22.1, foxglove_bridge-era clients) is refused in the handshake (HTTP 400); docs/viewer.md says so."""
+    pytest.importorskip("foxglove", reason="the live view needs foxglove-sdk (pip install '.[viewer]')")
+    view = LiveView(ViewerSettings(0))
+    view.start()
+    client = NpmClient(view.url, "foxglove.websocket.v1", [TOPICS["plan"]])
+    try:
+        assert client.wait_for(lambda events: any(e["event"] in ("refused", "open") for e in events)), client.events
+        first = next(e for e in client.events if e["event"] in ("refused", "open"))
+        assert first == {"event": "refused", "status": 400}
+    finally:
+        client.close()
+        view.close()

@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from foxglove_client import SUBPROTOCOLS, FoxgloveClient
 from listening import Listener, listening_sockets
-from node_helpers import ScriptedEngine
+from scripted_engine import ScriptedEngine
 
 from wam_diff2_ros.replay import EXIT_OK, ReplayOptions, replay
 from wam_diff2_ros.viewer import TOPICS
@@ -119,6 +119,8 @@ def test_received_plans_equal_the_runtime_plans(served) -> None:
         assert info["command"] == record["command"]
         assert info["steps_per_block"] == record["steps_per_block"]
         assert info["timing"]["total_ms"] == record["timing"]["total_ms"]
+        assert info["timing"]["schedule_delay_ms"] == record["timing"]["schedule_delay_ms"]
+        assert "end_to_end_ms" not in info["timing"]  # a replay's plan info never calls the tick gap end-to-end
         assert info["waypoint_confidence"] == (record.get("waypoint_confidence") or [])
     for received in scenes:
         (entity,) = [e for e in received.message.entities if e.id == "plan"]

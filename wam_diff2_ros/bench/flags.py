@@ -28,9 +28,12 @@ def _add(parser: argparse.ArgumentParser, flag: str, **kwargs: Any) -> None:
         )
 
 
-def build_parser(prog: str = "wam-diff2-bench", description: str | None = None) -> argparse.ArgumentParser:
-    """Command-line flags (decoding defaults: `DecodeConfig`'s, filled in by the run)."""
-    parser = argparse.ArgumentParser(prog=prog, description=description)
+def build_parser(
+    prog: str = "wam-diff2-bench", description: str | None = None, kind: type[argparse.ArgumentParser] | None = None
+) -> argparse.ArgumentParser:
+    """Command-line flags (decoding defaults: `DecodeConfig`'s, filled in by the run) on a parser of ``kind``
+    (the console script's: `wam_diff2_ros.cli.toolkit.Parser`)."""
+    parser = (kind or argparse.ArgumentParser)(prog=prog, description=description)
     d = _DEFAULTS
     _add(parser, "--model-id", default=d.model_id, help="checkpoint dir, 'demo', or 'tiny' (a random tiny model)")
     _add(parser, "--random-2b", action="store_true", help="random weights in the real 2B architecture")

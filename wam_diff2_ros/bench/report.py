@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-
-def _cell(value: float | None) -> str:
-    return f"{'-':>14}" if value is None else f"{value:>14.2f}"
+from wam_diff2_ros.core.tables import text_row
 
 
 def print_figures(figures: dict[str, Any]) -> None:
@@ -17,9 +15,9 @@ def print_figures(figures: dict[str, Any]) -> None:
         f"({figures['image_tokens']} image), max_new_tokens {figures['max_new_tokens']}"
     )
     names = list(figures["engines"])
-    print(f"{'p50 ms':<24}" + "".join(f"{n:>14}" for n in names))
+    print(text_row("p50 ms", names))
     for stage in figures["engines"][names[0]]["stages_ms"]:
-        print(f"{stage:<24}" + "".join(f"{figures['engines'][n]['stages_ms'][stage]['p50']:>14.2f}" for n in names))
+        print(text_row(stage, [figures["engines"][n]["stages_ms"][stage]["p50"] for n in names]))
     for key in (
         "denoise_ms_per_step",
         "steps_per_block_mean",
@@ -29,7 +27,7 @@ def print_figures(figures: dict[str, Any]) -> None:
         "peak_memory_mb",
     ):
         if key in figures["engines"][names[0]]:
-            print(f"{key:<24}" + "".join(_cell(figures["engines"][n].get(key)) for n in names))
+            print(text_row(key, [figures["engines"][n].get(key) for n in names]))
     print("steps per block: " + "; ".join(f"{n} {figures['engines'][n]['steps_per_block']}" for n in names))
     line = f"tokens identical: {figures['tokens_identical']}"
     if "speedup" in figures:

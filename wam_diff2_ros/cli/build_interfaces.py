@@ -9,6 +9,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from wam_diff2_ros.cli import toolkit
 from wam_diff2_ros.interfaces.build import (
     INTERFACES_PYTHON_DIR,
     BuildError,
@@ -19,11 +20,13 @@ from wam_diff2_ros.interfaces.build import (
     uninstall,
 )
 
+PROG = "wam-diff2-build-interfaces"
+
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     """Command-line options."""
-    parser = argparse.ArgumentParser(
-        prog="wam-diff2-build-interfaces",
+    parser = toolkit.Parser(
+        prog=PROG,
         description="Build wam_diff2_ros' ROS 2 messages into this virtualenv (PyPI ROS 2 wheels).",
     )
     parser.add_argument("--source", type=Path, help="package checkout (default: this checkout or cwd)")
@@ -75,8 +78,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             fix_cmake=not args.no_fix_cmake,
         )
     except BuildError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+        toolkit.error(PROG, exc)
+        return toolkit.EXIT_FAILED
     return 0
 
 

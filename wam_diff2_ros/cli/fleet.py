@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from wam_diff2_ros.cli import replay as replay_cli
+from wam_diff2_ros.cli import toolkit
 from wam_diff2_ros.fleet import (
     EXIT_INTERRUPTED,
     EXIT_SETUP,
@@ -46,14 +47,15 @@ def _copy_replay_arguments(parser: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``wam-diff2-fleet`` argument parser."""
-    parser = replay_cli._Parser(
+    parser = toolkit.Parser(
         prog="wam-diff2-fleet",
         description="Replay many bags through the WAM-Diff2 node's planning path (as wam-diff2-replay does one) on "
         "Ray workers that load the model once each, and report per bag and pooled. Ray starts inside the command, "
         "reachable from this machine only, unless --ray-address names a cluster. A rerun with the same --out skips "
         "bags already complete.",
         epilog="Exit codes: 0 every bag replayed; 1 Ray or the model could not start; 2 bad command line or inputs; "
-        "3 some bags failed (recorded with their reasons, the others complete); 130 interrupted.",
+        "3 some bags failed (recorded with their reasons, the others complete); 130 interrupted. "
+        "`wam-diff2-fleet scale WORK_DIR` measures the fleet against one replay after another on synthetic bags.",
     )
     parser.add_argument(
         "inputs", nargs="+", type=Path, metavar="BAG|DIR|MANIFEST", help="bags, folders of bags, text files of paths"
@@ -106,21 +108,27 @@ def options_from_args(args: argparse.Namespace) -> FleetOptions:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Console script ``wam-diff2-fleet`` (see :mod:`wam_diff2_ros.fleet`); returns the exit code."""
+    """Console script ``wam-diff2-fleet`` (see :mod:`wam_diff2_ros.fleet`); returns the exit code.
+    ``wam-diff2-fleet scale WORK_DIR ...`` measures the fleet against one replay after another
+    (:mod:`wam_diff2_ros.fleet.scale`)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["scale"]:
+        from wam_diff2_ros.fleet.scale import main as scale
+
+        return scale(argv[1:])
     parser = build_parser()
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:
-        return int(exc.code) if isinstance(exc.code, int) else EXIT_USAGE
+    args = toolkit.parse(parser, argv)
+    if isinstance(args, int):
+        return args
     prog = parser.prog
     previous = INTERRUPTS.install()
     try:
         result = run_fleet(options_from_args(args))
     except (FleetUsageError, ReplayUsageError) as exc:
-        print(f"{prog}: error: {exc}", file=sys.stderr)
+        toolkit.error(prog, exc)
         return EXIT_USAGE
     except (FleetSetupError, ReplayModelError) as exc:
-        print(f"{prog}: error: {exc}", file=sys.stderr)
+        toolkit.error(prog, exc)
         return EXIT_SETUP
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
@@ -129,7 +137,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         INTERRUPTS.restore(previous)
     print(json.dumps(result.summary, indent=1))
     for name, reason in result.summary["failures"].items():
-        print(f"{prog}: {name} failed: {reason}", file=sys.stderr)
+        toolkit.error(prog, f"{name} failed: {reason}")
     return result.exit_code
 
 

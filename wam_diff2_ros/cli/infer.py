@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from wam_diff2_ros.cli import toolkit
 from wam_diff2_ros.core.engine.decoding import ENGINES, REMASKING_STRATEGIES, DecodeConfig
 from wam_diff2_ros.core.image_preprocess import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS
 from wam_diff2_ros.infer.batch import (
@@ -26,15 +27,15 @@ from wam_diff2_ros.infer.batch import (
 )
 from wam_diff2_ros.infer.samples import LOG, UsageError, load_samples
 
-EXIT_USAGE = 2
-EXIT_FAILURE = 1
 _DECODE = DecodeConfig()
+
+PROG = "wam-diff2-infer"
 
 
 def build_parser() -> argparse.ArgumentParser:
     """Command-line flags (the reference's, plus device/dtype/seed/resume/batching)."""
-    parser = argparse.ArgumentParser(
-        prog="wam-diff2-infer",
+    parser = toolkit.Parser(
+        prog=PROG,
         description="Block-diffusion inference of a WAM-Diff2 checkpoint over a reference-format eval.json.",
     )
     parser.add_argument("--model_id", required=True, help="checkpoint directory (config.json, *.safetensors, ...)")
@@ -116,8 +117,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         target = output_path if final else shard.path_for(output_path)
         done = load_finished(output_path) if args.resume else {}
     except UsageError as exc:
-        print(f"wam-diff2-infer: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        toolkit.error(PROG, exc)
+        return toolkit.EXIT_USAGE
 
     from wam_diff2_ros.core.checkpoint import CheckpointError
     from wam_diff2_ros.core.engine import Engine
@@ -132,8 +133,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             max_pixels=args.max_pixels,
         )
     except (CheckpointError, RuntimeError, ValueError) as exc:
-        print(f"wam-diff2-infer: error: {exc}", file=sys.stderr)
-        return EXIT_FAILURE
+        toolkit.error(PROG, exc)
+        return toolkit.EXIT_FAILED
     LOG.info(
         "rank %d/%d: %s on %s (%s), samples %d..%d",
         shard.rank,

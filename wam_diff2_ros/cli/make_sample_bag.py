@@ -8,10 +8,13 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from wam_diff2_ros.cli import toolkit
 from wam_diff2_ros.sim.sample_bag import make_sample_bag
 
 #: The flags' defaults are the library's (one source).
 DEFAULTS = {name: p.default for name, p in inspect.signature(make_sample_bag).parameters.items()}
+
+PROG = "wam-diff2-make-sample-bag"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -19,8 +22,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Exit codes: 0 written, 2 bad arguments or the bag could not be written.
     """
-    parser = argparse.ArgumentParser(
-        prog="wam-diff2-make-sample-bag",
+    parser = toolkit.Parser(
+        prog=PROG,
         description="Write a deterministic synthetic drive (front camera, odometry, acceleration, "
         "navigation command) as a rosbag2 MCAP folder.",
     )
@@ -64,8 +67,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             progress=progress,
         )
     except (ValueError, BagError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        toolkit.error(PROG, exc)
+        return toolkit.EXIT_USAGE
     print(file=sys.stderr)
     track = result.track
     size_mb = result.size_bytes / 1e6

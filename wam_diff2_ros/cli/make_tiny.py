@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+
+from wam_diff2_ros.cli import toolkit
+
+PROG = "wam-diff2-make-tiny"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -17,8 +20,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # The flags' defaults are the library's (one source).
     build = {name: p.default for name, p in inspect.signature(make_tiny_checkpoint).parameters.items()}
     sizes = {name: p.default for name, p in inspect.signature(tiny_config).parameters.items()}
-    parser = argparse.ArgumentParser(
-        prog="wam-diff2-make-tiny",
+    parser = toolkit.Parser(
+        prog=PROG,
         description="Build a tiny WAM-Diff2 checkpoint (real config format, safetensors, real Qwen3 tokenizer "
         "and special-token ids, vision chat template) from a seed, without network access.",
     )
@@ -43,12 +46,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     out = Path(args.out_dir)
+    problems = toolkit.below_minimum(args, shards=1)
     if out.exists() and any(out.iterdir()) and not args.force:
-        print(f"wam-diff2-make-tiny: error: {out} exists and is not empty (use --force)", file=sys.stderr)
-        return 2
-    if args.shards < 1:
-        print("wam-diff2-make-tiny: error: --shards must be >= 1", file=sys.stderr)
-        return 2
+        problems.append(f"{out} exists and is not empty (use --force)")
+    if (refused := toolkit.refuse(PROG, problems)) is not None:
+        return refused
     path = make_tiny_checkpoint(
         out,
         seed=args.seed,

@@ -13,11 +13,14 @@ from pathlib import Path
 
 from wam_diff2_ros.bag import BagError, BagReader, message_class
 from wam_diff2_ros.bag.play import parse_remaps, play
+from wam_diff2_ros.cli import toolkit
+
+PROG = "wam-diff2-play"
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="wam-diff2-play",
+    parser = toolkit.Parser(
+        prog=PROG,
         description="Publish a rosbag2 bag (MCAP or sqlite3) over DDS on its timeline, like `ros2 bag play`.",
     )
     parser.add_argument("bag", help="bag folder, its metadata.yaml, or a .mcap / .db3 file")
@@ -66,28 +69,26 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ValueError("--start must be >= 0 and --duration > 0")
         reader = BagReader(Path(args.bag))
     except (ValueError, BagError, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        toolkit.error(PROG, exc)
+        return toolkit.EXIT_USAGE
 
     with reader:
         topics = dict(reader.topics)
         if not topics and reader.damaged:
-            print(f"error: bag {reader.path} is damaged: {reader.damaged}; no topic is readable", file=sys.stderr)
+            toolkit.error(PROG, f"bag {reader.path} is damaged: {reader.damaged}; no topic is readable")
             return 3
         if args.topics is not None:
             unknown = sorted(set(args.topics) - set(topics))
             if unknown:
-                print(
-                    f"error: not in the bag: {', '.join(unknown)} (it has {', '.join(sorted(topics))})", file=sys.stderr
-                )
-                return 2
+                toolkit.error(PROG, f"not in the bag: {', '.join(unknown)} (it has {', '.join(sorted(topics))})")
+                return toolkit.EXIT_USAGE
             topics = {name: topics[name] for name in args.topics}
         playable = {name: info for name, info in topics.items() if message_class(info.msgtype) is not None}
         for name in sorted(set(topics) - set(playable)):
-            print(f"warning: skipping {name}: type {topics[name].msgtype} is not importable", file=sys.stderr)
+            toolkit.warning(PROG, f"skipping {name}: type {topics[name].msgtype} is not importable")
         if not playable:
-            print("error: nothing to play (no topic with an importable message type)", file=sys.stderr)
-            return 2
+            toolkit.error(PROG, "nothing to play (no topic with an importable message type)")
+            return toolkit.EXIT_USAGE
         return play(reader, playable, remaps, args)
 
 

@@ -10,6 +10,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from wam_diff2_ros.cli import toolkit
 from wam_diff2_ros.replay.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, ReplayModelError, ReplayUsageError
 from wam_diff2_ros.replay.interrupts import INTERRUPTS
 from wam_diff2_ros.replay.loop import replay
@@ -18,16 +19,9 @@ from wam_diff2_ros.replay.topics import TopicRequest
 from wam_diff2_ros.ros.inputs import INPUTS, InputSpec
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse with one clear line on errors (exit 2)."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The ``wam-diff2-replay`` argument parser."""
-    parser = _Parser(
+    parser = toolkit.Parser(
         prog="wam-diff2-replay",
         description="Replay a rosbag2 bag (MCAP or sqlite3) through the WAM-Diff2 node's planning path offline "
         "and evaluate the plans against the ego's actual future from the bag's odometry.",
@@ -136,10 +130,9 @@ def options_from_args(args: argparse.Namespace) -> ReplayOptions:
 def main(argv: Sequence[str] | None = None) -> int:
     """Console script ``wam-diff2-replay`` (see the module docstring); returns the exit code."""
     parser = build_parser()
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:  # --help, or a usage error already printed
-        return int(exc.code) if isinstance(exc.code, int) else EXIT_USAGE
+    args = toolkit.parse(parser, argv)
+    if isinstance(args, int):
+        return args
     prog = parser.prog
     previous = INTERRUPTS.install()
     try:
@@ -152,10 +145,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return sweep.exit_code
         result = replay(options)
     except ReplayUsageError as exc:
-        print(f"{prog}: error: {exc}", file=sys.stderr)
+        toolkit.error(prog, exc)
         return EXIT_USAGE
     except ReplayModelError as exc:
-        print(f"{prog}: error: {exc}", file=sys.stderr)
+        toolkit.error(prog, exc)
         return EXIT_FAILED
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
@@ -164,7 +157,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         INTERRUPTS.restore(previous)
     print(result.summary, end="")
     if result.error:
-        print(f"{prog}: error: {result.error}", file=sys.stderr)
+        toolkit.error(prog, result.error)
     return result.exit_code
 
 

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-import argparse
 import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from wam_diff2_ros.cli import toolkit
 from wam_diff2_ros.demo import expand as demo_files
 from wam_diff2_ros.demo.train.config import DRIVE_IMAGE_SIZES, DRIVE_SAMPLE_SEEDS, TRAIN_DRIVE_SEEDS, ModelSizes
 from wam_diff2_ros.demo.train.loop import TrainSettings, log, train
+
+PROG = "wam-diff2-train-demo"
 
 
 def print_report(metrics: dict[str, Any]) -> None:
@@ -56,8 +58,8 @@ def print_report(metrics: dict[str, Any]) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """``wam-diff2-train-demo [--out DIR] [--epochs N] ...``: train the demo model and write its files."""
     defaults = TrainSettings()
-    parser = argparse.ArgumentParser(
-        prog="wam-diff2-train-demo",
+    parser = toolkit.Parser(
+        prog=PROG,
         description="Train the embedded demo model: a tiny WAM-Diff2 with masked block diffusion.",
     )
     parser.add_argument(

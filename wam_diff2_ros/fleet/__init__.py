@@ -26,9 +26,7 @@ bags failed (each recorded with its reason; the others complete); 130 interrupte
 """
 
 from wam_diff2_ros.fleet.bags import BagEntry, Fingerprints, FleetUsageError, find_bags, result_key
-from wam_diff2_ros.fleet.pool import FleetSetupError, RayConfig
-from wam_diff2_ros.fleet.results import DONE, FAILED, SKIPPED, BagRecord
-from wam_diff2_ros.fleet.run import (
+from wam_diff2_ros.fleet.driver import (
     EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_SETUP,
@@ -38,6 +36,8 @@ from wam_diff2_ros.fleet.run import (
     FleetResult,
     run_fleet,
 )
+from wam_diff2_ros.fleet.pool import FleetSetupError, RayConfig
+from wam_diff2_ros.fleet.results import DONE, FAILED, SKIPPED, BagRecord
 
 __all__ = [
     "DONE",

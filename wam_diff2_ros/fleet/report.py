@@ -17,7 +17,7 @@ from typing import Any
 
 from wam_diff2_ros.fleet.results import DONE, ODOMETRY_NAME, BagRecord, bags_root, write_json
 from wam_diff2_ros.replay import evaluation
-from wam_diff2_ros.replay.run import NoTrack
+from wam_diff2_ros.replay.state import NoTrack
 
 LABELS = ("1s", "2s", "3s", "4s")
 #: Speed bands (m/s, lower bound included) for the pooled metrics by ego speed at plan time.

@@ -3,44 +3,26 @@ bags and plans, the failures."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
+from wam_diff2_ros.core.tables import markdown_cell, markdown_table, number, percent
 from wam_diff2_ros.replay.html_safe import escape_text
 
 LABELS = ("1s", "2s", "3s", "4s")
 
 
-def _num(value: Any, digits: int = 2, unit: str = "") -> str:
-    return "–" if value is None else f"{value:.{digits}f}{unit}"
-
-
-def _pct(value: Any) -> str:
-    return "–" if value is None else f"{100.0 * value:.1f} %"
-
-
 def _errors(m: Mapping[str, Any]) -> list[str]:
-    return [f"{_num(m.get(f'ade_{h}'))} / {_num(m.get(f'fde_{h}'))}" for h in LABELS]
-
-
-def _cell(value: Any) -> str:
-    """A table cell's text: no markup (entities for ``<``, ``>``, ``&``), no column or row break."""
-    return escape_text(value).replace("|", "\\|").replace("\r", " ").replace("\n", " ")
-
-
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
-    return [*lines, ""]
+    return [f"{number(m.get(f'ade_{h}'))} / {number(m.get(f'fde_{h}'))}" for h in LABELS]
 
 
 METRIC_HEADER = ["plans", "valid", *(f"ADE/FDE {h} [m]" for h in LABELS), "latency p50 / p95"]
 
 
 def _metric_cells(m: Mapping[str, Any]) -> list[str]:
-    latency = f"{_num(m.get('latency_ms_p50'), 0)} / {_num(m.get('latency_ms_p95'), 0)} ms"
-    return [str(m.get("plans", 0)), _pct(m.get("valid_rate")), *_errors(m), latency]
+    latency = f"{number(m.get('latency_ms_p50'), 0)} / {number(m.get('latency_ms_p95'), 0)} ms"
+    return [str(m.get("plans", 0)), percent(m.get("valid_rate")), *_errors(m), latency]
 
 
 def _bag_link(bag: Mapping[str, Any]) -> str:
@@ -66,22 +48,22 @@ def markdown(report: Mapping[str, Any]) -> str:
         "",
         "## Pooled",
         "",
-        *_table(METRIC_HEADER, [_metric_cells(pooled)]),
+        *markdown_table(METRIC_HEADER, [_metric_cells(pooled)]),
     ]
     if pooled.get("by_command"):
         lines += ["### By command", ""]
-        lines += _table(
+        lines += markdown_table(
             ["command", "plans", *(f"ADE/FDE {h} [m]" for h in LABELS)],
             [[name, str(g["count"]), *_errors(g)] for name, g in pooled["by_command"].items()],
         )
     if pooled.get("by_speed"):
         lines += ["### By ego speed at plan time", ""]
-        lines += _table(
+        lines += markdown_table(
             ["speed", *METRIC_HEADER], [[band, *_metric_cells(m)] for band, m in pooled["by_speed"].items()]
         )
     if pooled.get("invalid_reasons"):
         lines += [
-            "Invalid plans by reason: " + "; ".join(f"{_cell(r)} ({n}x)" for r, n in pooled["invalid_reasons"].items())
+            "Invalid plans by reason: " + "; ".join(f"{markdown_cell(r)} ({n}x)" for r, n in pooled["invalid_reasons"].items())
         ]
         lines += [""]
     lines += [*(f"![{p.rsplit('/', 1)[-1]}]({p})" for p in report.get("plots", [])), ""]
@@ -92,34 +74,36 @@ def markdown(report: Mapping[str, Any]) -> str:
             rows.append([_bag_link(bag), bag["status"], *_metric_cells(bag), f"{bag['wall_s']:.1f} s"])
         else:
             rows.append([bag["name"], f"{bag['status']}: {bag.get('reason')}", *[""] * len(METRIC_HEADER), ""])
-    lines += _table(["bag", "status", *METRIC_HEADER, "wall"], rows)
+    lines += markdown_table(["bag", "status", *METRIC_HEADER, "wall"], rows)
     if report.get("worst_bags"):
         lines += ["## Worst bags (ADE at the longest horizon they have)", ""]
-        lines += _table(["bag", *METRIC_HEADER], [[_bag_link(b), *_metric_cells(b)] for b in report["worst_bags"]])
+        lines += markdown_table(
+            ["bag", *METRIC_HEADER], [[_bag_link(b), *_metric_cells(b)] for b in report["worst_bags"]]
+        )
     if report.get("least_valid_bags"):
         lines += ["## Bags with invalid plans", ""]
-        lines += _table(
+        lines += markdown_table(
             ["bag", *METRIC_HEADER], [[_bag_link(b), *_metric_cells(b)] for b in report["least_valid_bags"]]
         )
     if report.get("worst_plans"):
         lines += ["## Worst plans (FDE at the longest horizon they have)", ""]
-        lines += _table(
+        lines += markdown_table(
             ["bag", "t [s]", "command", "speed [m/s]", *(f"ADE/FDE {h} [m]" for h in LABELS)],
             [
-                [p["bag"], _num(p.get("t_s")), str(p.get("command")), _num(p.get("speed_mps"), 1), *_errors(p)]
+                [p["bag"], number(p.get("t_s")), str(p.get("command")), number(p.get("speed_mps"), 1), *_errors(p)]
                 for p in report["worst_plans"]
             ],
         )
     if report.get("invalid_plans"):
         lines += ["## Invalid plans", ""]
-        lines += _table(
+        lines += markdown_table(
             ["bag", "t [s]", "command", "reason"],
             [
-                [p["bag"], _num(p.get("t_s")), str(p.get("command")), str(p.get("reason"))]
+                [p["bag"], number(p.get("t_s")), str(p.get("command")), str(p.get("reason"))]
                 for p in report["invalid_plans"]
             ],
         )
     if report.get("failures"):
         lines += ["## Failed bags", ""]
-        lines += _table(["bag", "reason"], [[f["name"], str(f["reason"])] for f in report["failures"]])
+        lines += markdown_table(["bag", "reason"], [[f["name"], str(f["reason"])] for f in report["failures"]])
     return "\n".join(lines)

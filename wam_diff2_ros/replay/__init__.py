@@ -47,12 +47,11 @@ in ``metrics.json`` and the summary); 130 interrupted by Ctrl-C or SIGTERM (outp
 ``--serve [PORT]`` also serves the live Foxglove view (:mod:`wam_diff2_ros.replay.serve`, docs/viewer.md): the
 replay waits for a client, then plays at ``--serve-speed`` times real time (0: unpaced).
 
-Modules: ``settings`` (options, parameters → node config), ``topics`` (bag topic → the node's input-table
-row), ``loop`` (the replay; its planning instants follow the node's rule, :mod:`wam_diff2_ros.ros.schedule`),
-``records`` / ``outputs`` (per-instant files), ``report`` (metrics, plots, summary), ``report_page``
-(``report.html``), ``serve`` (``--serve``), ``evaluation`` / ``plots`` (metrics against odometry),
-``interrupts``, ``progress``, ``run``, ``errors``; the command line is
-:mod:`wam_diff2_ros.cli.replay`.
+Modules: ``settings`` (options, parameters → node config and ``RunPlan``, once at the start), ``topics`` (bag
+topic → the node's input-table row), ``loop`` (the replay; its planning instants follow the node's rule,
+:mod:`wam_diff2_ros.ros.schedule`), ``records`` / ``outputs`` (per-instant files), ``report`` (metrics, plots,
+summary), ``report_page`` (``report.html``), ``serve`` (``--serve``), ``evaluation`` / ``plots`` (metrics against
+odometry), ``interrupts``, ``progress``, ``state``, ``errors``; the command line is :mod:`wam_diff2_ros.cli.replay`.
 """
 
 from wam_diff2_ros.replay.errors import (
@@ -67,8 +66,8 @@ from wam_diff2_ros.replay.errors import (
 )
 from wam_diff2_ros.replay.interrupts import INTERRUPTS, InterruptGate
 from wam_diff2_ros.replay.loop import replay
-from wam_diff2_ros.replay.run import ReplayResult
 from wam_diff2_ros.replay.settings import ReplayOptions, build_config, params_hash, parse_set
+from wam_diff2_ros.replay.state import ReplayResult
 from wam_diff2_ros.replay.topics import TopicMap, TopicRequest, routes, select_topics
 from wam_diff2_ros.ros.schedule import InstantSchedule
 

@@ -27,14 +27,15 @@ from wam_diff2_ros.replay.outputs import Outputs
 from wam_diff2_ros.replay.progress import Progress
 from wam_diff2_ros.replay.records import detection_record, error_record, plan_record
 from wam_diff2_ros.replay.report import finish
-from wam_diff2_ros.replay.run import ReplayResult, Run
 from wam_diff2_ros.replay.settings import (
     GROUND_TRUTH_MARGIN_S,
     MAX_CONSECUTIVE_ENGINE_ERRORS,
     ReplayOptions,
+    RunPlan,
     build_config,
     read_params,
 )
+from wam_diff2_ros.replay.state import ReplayResult, Run
 from wam_diff2_ros.replay.topics import OUTPUT_NAMES, OUTPUT_TOPICS, TopicMap, routes, select_topics
 from wam_diff2_ros.ros.schedule import InstantSchedule
 
@@ -95,12 +96,7 @@ def replay(
 
     log = log or (lambda text: print(text, file=sys.stderr, flush=True))
     wall_start = time.perf_counter()
-    if options.start_s < 0 or not math.isfinite(options.start_s):
-        raise ReplayUsageError("--start must be a number >= 0")
-    if options.duration_s is not None and not (math.isfinite(options.duration_s) and options.duration_s > 0):
-        raise ReplayUsageError("--duration must be > 0")
-    if options.max_plans is not None and options.max_plans < 1:
-        raise ReplayUsageError("--max-plans must be >= 1")
+    plan = RunPlan.of(options)
     if options.rate_hz is not None and not (math.isfinite(options.rate_hz) and options.rate_hz >= 0):
         raise ReplayUsageError("--rate-hz must be >= 0 (0 = plan on each new front image)")
     values, yaml_request = read_params(options)
@@ -130,7 +126,7 @@ def replay(
             log("detection: --detect with detection.rate_hz 0: detecting at 1 Hz")
         elif not options.detect and config.detection_rate_hz > 0:
             log(f"detection: detection.rate_hz is {config.detection_rate_hz:g}; pass --detect to replay detection too")
-        _prepare_out_dir(options.out, options.overwrite)
+        _prepare_out_dir(plan.out, options.overwrite)
         if engine_factory is None:
             from wam_diff2_ros.ros.node import load_engine
 
@@ -145,7 +141,7 @@ def replay(
             ) from None
         load_s = time.perf_counter() - loaded
         try:
-            return _run_replay(options, reader, config, topic_map, engine, log, wall_start, load_s)
+            return _run_replay(plan, reader, config, topic_map, engine, log, wall_start, load_s)
         finally:
             close = getattr(engine, "close", None)
             if callable(close):
@@ -158,7 +154,7 @@ def replay(
 
 
 def _run_replay(
-    options: ReplayOptions,
+    plan: RunPlan,
     reader: Any,
     config: Any,
     topic_map: TopicMap,
@@ -170,25 +166,23 @@ def _run_replay(
     from rclpy.serialization import deserialize_message
 
     from wam_diff2_ros.bag import BagError, message_class
-    from wam_diff2_ros.ros.inputs import input_table, receive
+    from wam_diff2_ros.ros.input_rows import input_table, receive
     from wam_diff2_ros.ros.runtime import PlannerRuntime
 
     run = Run(log)
     clock = {"now": 0}
     runtime = PlannerRuntime(config, engine, clock=lambda: clock["now"])
-    outputs = Outputs(options.out, config, runtime, reader, topic_map, options)
+    outputs = Outputs(plan, config, runtime, reader, topic_map)
     for problem in outputs.skipped_copies:
         log(f"warning: not copying {problem}")
     if runtime.msgs is None:
         log(f"warning: {runtime.msgs_problem}: no {OUTPUT_TOPICS['trajectory']} in the output bag")
 
-    if options.serve_port is not None:
+    if plan.serve_port is not None:
         from wam_diff2_ros.replay.serve import open_view
 
         try:
-            run.view = open_view(
-                options.serve_port, options.serve_speed, config.viewer_host, config.debug_camera_pose, log
-            )
+            run.view = open_view(plan.serve_port, plan.serve_speed, config.viewer_host, config.debug_camera_pose, log)
         except KeyboardInterrupt:
             outputs.close()
             raise
@@ -202,11 +196,11 @@ def _run_replay(
     )
     history_ns = 2 * NS_PER_S  # the observation buffer's history: older images cannot matter
     bag_duration = _bag_duration_s(Path(reader.path))
-    total_s = options.duration_s
+    total_s = plan.duration_s
     if total_s is None and bag_duration is not None:
-        total_s = max(0.0, bag_duration - options.start_s)
-    progress = Progress(total_s, options.progress, sys.stderr)
-    detect_rate = (config.detection_rate_hz or 1.0) if options.detect else 0.0
+        total_s = max(0.0, bag_duration - plan.start_s)
+    progress = Progress(total_s, plan.progress, sys.stderr)
+    detect_rate = (config.detection_rate_hz or 1.0) if plan.detect else 0.0
     schedule: InstantSchedule | None = None
     window_start = 0
     window_end: int | None = None
@@ -221,7 +215,7 @@ def _run_replay(
                 return False
             if kind == "plan":
                 _plan_instant(run, runtime, outputs, t_ns, clock)
-                if run.fatal or (options.max_plans is not None and len(run.records) >= options.max_plans):
+                if run.fatal or (plan.max_plans is not None and len(run.records) >= plan.max_plans):
                     return False
             else:
                 _detect_instant(run, runtime, outputs, t_ns, clock)
@@ -234,9 +228,9 @@ def _run_replay(
                 run.messages_read += 1
                 if schedule is None:
                     run.bag_start_ns = stamp_ns
-                    window_start = stamp_ns + round(options.start_s * NS_PER_S)
-                    if options.duration_s is not None:
-                        window_end = window_start + round(options.duration_s * NS_PER_S)
+                    window_start = stamp_ns + round(plan.start_s * NS_PER_S)
+                    if plan.duration_s is not None:
+                        window_end = window_start + round(plan.duration_s * NS_PER_S)
                     schedule = InstantSchedule(window_start, config.rate_hz, detect_rate)
                 run.last_stamp_ns = stamp_ns
                 if not planning_done:
@@ -301,7 +295,7 @@ def _run_replay(
         exit_code = EXIT_NO_PLANS
     else:
         exit_code = EXIT_OK
-    result = finish(run, options, reader, config, topic_map, engine, wall_start, load_s, outputs, exit_code)
+    result = finish(run, plan, reader, config, topic_map, engine, wall_start, load_s, outputs, exit_code)
     result.odometry = run.odometry  # the track the metrics were computed against (the fleet pools it)
     return result
 

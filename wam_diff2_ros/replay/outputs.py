@@ -9,17 +9,19 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from wam_diff2_ros.replay.records import json_line
+from wam_diff2_ros.replay.settings import RunPlan
 from wam_diff2_ros.replay.topics import BAG_DIR_NAME, OUTPUT_TOPICS, TF_TOPICS, TopicMap
 
 
 class Outputs:
     """The output bag, predictions.jsonl and detections.jsonl."""
 
-    def __init__(self, out: Path, config: Any, runtime: Any, reader: Any, topic_map: TopicMap, options: Any) -> None:
+    def __init__(self, plan: RunPlan, config: Any, runtime: Any, reader: Any, topic_map: TopicMap) -> None:
         from wam_diff2_ros.bag import BagWriter
         from wam_diff2_ros.ros import qos
         from wam_diff2_ros.ros.outputs import output_types
 
+        out = plan.out
         self.bag = BagWriter(
             out / BAG_DIR_NAME,
             compress=True,
@@ -32,9 +34,9 @@ class Outputs:
             # what the node publishes
             types = output_types(runtime.msgs, runtime.vision_msgs, config.debug_image, runtime.autoware_msgs)
             for name in OUTPUT_TOPICS:
-                if name in types and (name != "detections" or options.detect):
+                if name in types and (name != "detections" or plan.detect):
                     self._declare(name, types[name], qos.publisher_qos(name))
-            if options.copy_inputs:
+            if plan.copy_inputs:
                 for topic in [*topic_map.inputs(), *[t for t in TF_TOPICS if t in reader.topics]]:
                     info = reader.topics[topic]
                     try:
@@ -43,7 +45,7 @@ class Outputs:
                     except Exception as exc:  # no definition for an exotic type: the replay goes on without it
                         self.skipped_copies.append(f"{topic}: {exc}")
             self.predictions = (out / "predictions.jsonl").open("w", encoding="utf-8")
-            self.detections = (out / "detections.jsonl").open("w", encoding="utf-8") if options.detect else None
+            self.detections = (out / "detections.jsonl").open("w", encoding="utf-8") if plan.detect else None
         except BaseException:
             self.bag.close()
             raise

@@ -9,10 +9,17 @@ from typing import Any
 
 from wam_diff2_ros.core.units import NS_PER_S
 
+#: A replay's name for the runtime's ``end_to_end_ms``: on the bag clock the outputs are built at the planning tick,
+#: so it is the gap from the image stamp to the tick, without the model's time (``total_ms``).
+SCHEDULE_DELAY = "schedule_delay_ms"
+
 
 def _timing_dict(timing: Any, wall_ms: float) -> dict[str, float]:
-    """The record's ``timing``: the stage times (:meth:`StageTiming.milliseconds`) and the replay's wall time."""
-    return {**timing.milliseconds(), "wall_ms": wall_ms}
+    """The record's ``timing``: the stage times (:meth:`StageTiming.milliseconds`, ``end_to_end_ms`` named
+    :data:`SCHEDULE_DELAY`) and the replay's wall time."""
+    stages = timing.milliseconds()
+    delay = stages.pop("end_to_end_ms", 0.0)
+    return {**stages, SCHEDULE_DELAY: delay, "wall_ms": wall_ms}
 
 
 def plan_record(index: int, t_ns: int, bag_start_ns: int, cycle: Any, wall_ms: float) -> dict[str, Any]:

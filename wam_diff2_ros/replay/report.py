@@ -12,14 +12,22 @@ from typing import Any
 
 from wam_diff2_ros.core.parsing import parse_waypoints
 from wam_diff2_ros.core.planning import describe_decoding
+from wam_diff2_ros.core.tables import number
 from wam_diff2_ros.core.units import NS_PER_S
-from wam_diff2_ros.replay.confidence import confidence_analysis, decoding_summary
+from wam_diff2_ros.replay.confidence_analysis import confidence_analysis, decoding_summary
 from wam_diff2_ros.replay.errors import EXIT_BAG_DAMAGED, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NO_PLANS, EXIT_OK
 from wam_diff2_ros.replay.outputs import Outputs
 from wam_diff2_ros.replay.report_page import write_report_page
-from wam_diff2_ros.replay.run import NoTrack, ReplayResult, Run
-from wam_diff2_ros.replay.settings import ReplayOptions, params_hash
+from wam_diff2_ros.replay.settings import RunPlan, params_hash
+from wam_diff2_ros.replay.state import NoTrack, ReplayResult, Run
 from wam_diff2_ros.replay.topics import BAG_DIR_NAME, TopicMap
+
+NA = "n/a"  # a figure the summary cannot give
+
+
+def _pair(values: Mapping[str, Any], first: str, second: str) -> str:
+    """``first/second`` of ``values``, 2 decimals each."""
+    return f"{number(values.get(first), missing=NA)}/{number(values.get(second), missing=NA)}"
 
 
 def plan_records_for_metrics(
@@ -57,7 +65,7 @@ def plan_records_for_metrics(
 
 def finish(
     run: Run,
-    options: ReplayOptions,
+    plan: RunPlan,
     reader: Any,
     config: Any,
     topic_map: TopicMap,
@@ -67,10 +75,52 @@ def finish(
     outputs: Outputs,
     exit_code: int,
 ) -> ReplayResult:
+    """Write what a replay leaves besides its bag and predictions (``metrics.json``, ``plots/``, ``report.html``,
+    ``summary.txt``) and return its :class:`ReplayResult`."""
     from wam_diff2_ros.replay import evaluation
-    from wam_diff2_ros.replay import plots as plotting
 
-    out = options.out
+    out = plan.out
+    track, ground_truth, notes = _ground_truth(run, topic_map)
+    metrics, instants, plan_rows = _plan_metrics(run, config, track, notes)
+    plots = _write_plots(out, plan.plots, plan_rows, metrics, track, config, engine, Path(reader.path).name, notes)
+    metrics.update(
+        ground_truth=ground_truth,
+        complete=exit_code in (EXIT_OK, EXIT_NO_PLANS),
+        bag_error=run.bag_error,
+        exit_code=exit_code,
+        notes=notes,
+        run=_run_section(run, plan, reader, config, topic_map, engine, outputs, wall_start, load_s),
+    )
+    metrics_path = evaluation.write_metrics_json(metrics, out / "metrics.json")
+    report_path: Path | None = out / "report.html"
+    try:
+        write_report_page(out / "report.html", metrics, run.records, instants, track)
+    except Exception as exc:  # the page must never cost the metrics
+        report_path = None
+        notes.append(f"report.html skipped: {type(exc).__name__}: {exc}")
+    summary = _summary_text(topic_map, metrics, plots, out)
+    summary_path = out / "summary.txt"
+    summary_path.write_text(summary, encoding="utf-8")
+    return ReplayResult(
+        exit_code=exit_code,
+        out_dir=out,
+        bag_path=out / BAG_DIR_NAME,
+        predictions_path=out / "predictions.jsonl",
+        metrics_path=metrics_path,
+        report_path=report_path,
+        summary_path=summary_path,
+        plots=plots,
+        metrics=metrics,
+        summary=summary,
+        error=_error_line(run, exit_code, notes),
+    )
+
+
+def _ground_truth(run: Run, topic_map: TopicMap) -> tuple[Any, dict[str, Any], list[str]]:
+    """The ego track from the bag's odometry (None without one), ``metrics.json``'s ``ground_truth`` and the
+    notes so far."""
+    from wam_diff2_ros.replay import evaluation
+
     notes: list[str] = []
     track: Any = None
     ground_truth: dict[str, Any] = {"source": topic_map.odometry, "samples": len(run.odometry)}
@@ -84,6 +134,15 @@ def finish(
             ground_truth.update(available=False, reason=f"odometry on {topic_map.odometry} is unusable: {exc}")
     if not ground_truth["available"]:
         notes.append(f"no ground truth: {ground_truth['reason']}")
+    return track, ground_truth, notes
+
+
+def _plan_metrics(
+    run: Run, config: Any, track: Any, notes: list[str]
+) -> tuple[dict[str, Any], list[Any], list[dict[str, Any]]]:
+    """The plans' metrics (errors, decoding, confidence, invalid and blocked instants), the per-plan errors for
+    the report page and the rows they were computed from; what went wrong joins ``notes``."""
+    from wam_diff2_ros.replay import evaluation
 
     plan_rows = plan_records_for_metrics(run.records, config.planning.num_waypoints, config.planning.waypoint_dt_s)
     metrics = evaluation.compute_metrics(plan_rows, track if track is not None else NoTrack(), include_instants=True)
@@ -92,7 +151,7 @@ def finish(
     metrics["decoding"] = decoding_summary(planned)
     if track is not None and planned:
         metrics["confidence"] = confidence_analysis(planned, track)
-    invalid_answers = [r["reason"] for r in run.records if r["status"] == "planned" and not r["valid"]]
+    invalid_answers = [r["reason"] for r in planned if not r["valid"]]
     metrics["invalid_answer_reasons"] = dict(Counter(_reason_kind(reason) for reason in invalid_answers))
     metrics["invalid_by_rule"] = evaluation.invalid_by_rule(invalid_answers)
     blocked = [r for r in run.records if r["status"] == "blocked"]
@@ -112,115 +171,120 @@ def finish(
         notes.append(f"stopped: {run.fatal}")
     if run.interrupted:
         notes.append("interrupted: the outputs hold what was replayed until then")
+    metrics.update(
+        planning_instants=len(run.records),
+        num_blocked=len(blocked),
+        blocked_reasons=dict(blocked_reasons.most_common()),
+        blocked_inputs=dict(blocked_inputs.most_common()),
+        num_engine_errors=run.engine_errors,
+        dropped_messages=dict(run.dropped.most_common()),
+    )
+    return metrics, instants, plan_rows
+
+
+def _write_plots(
+    out: Path,
+    wanted: bool,
+    plan_rows: Sequence[dict[str, Any]],
+    metrics: Mapping[str, Any],
+    track: Any,
+    config: Any,
+    engine: Any,
+    bag_name: str,
+    notes: list[str],
+) -> list[Path]:
+    """``plots/bev.png`` and ``plots/error_over_horizon.png`` (a plot that fails is a note, never an error)."""
+    from wam_diff2_ros.replay import plots as plotting
 
     plots: list[Path] = []
-    if options.plots and track is None:
+    if wanted and track is None:
         notes.append("plots skipped: no ground truth")
-    elif options.plots:
-        model_name = getattr(engine, "name", "?")
-        horizon_ns = round(config.planning.num_waypoints * config.planning.waypoint_dt_s * NS_PER_S)
-        # panels at instants whose whole future is in the bag (when there are any)
-        full = [row for row in plan_rows if row["stamp_ns"] + horizon_ns <= track.end_ns]
-        bev_rows = full or plan_rows
-        drawings = (
-            (
-                "bev",
-                lambda: plotting.plot_bev(
-                    bev_rows,
-                    track,
-                    out / "plots" / "bev.png",
-                    title=f"{model_name} on {Path(reader.path).name}: predicted vs actual future (ego frame)",
-                ),
+    if not wanted or track is None:
+        return plots
+    model_name = getattr(engine, "name", "?")
+    horizon_ns = round(config.planning.num_waypoints * config.planning.waypoint_dt_s * NS_PER_S)
+    # panels at instants whose whole future is in the bag (when there are any)
+    full = [row for row in plan_rows if row["stamp_ns"] + horizon_ns <= track.end_ns]
+    bev_rows = full or plan_rows
+    drawings = (
+        (
+            "bev",
+            lambda: plotting.plot_bev(
+                bev_rows,
+                track,
+                out / "plots" / "bev.png",
+                title=f"{model_name} on {bag_name}: predicted vs actual future (ego frame)",
             ),
-            (
-                "error over horizon",
-                lambda: plotting.plot_error_over_horizon(
-                    metrics, out / "plots" / "error_over_horizon.png", title=f"{model_name}: error over the horizon"
-                ),
+        ),
+        (
+            "error over horizon",
+            lambda: plotting.plot_error_over_horizon(
+                metrics, out / "plots" / "error_over_horizon.png", title=f"{model_name}: error over the horizon"
             ),
-        )
-        for name, draw in drawings:
-            try:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore", UserWarning)  # e.g. an empty legend without valid plans
-                    plots.append(draw())
-            except Exception as exc:  # a plot must never cost the metrics
-                notes.append(f"{name} plot skipped: {exc}")
+        ),
+    )
+    for name, draw in drawings:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)  # e.g. an empty legend without valid plans
+                plots.append(draw())
+        except Exception as exc:  # a plot must never cost the metrics
+            notes.append(f"{name} plot skipped: {exc}")
+    return plots
 
-    metrics.update(
-        {
-            "planning_instants": len(run.records),
-            "num_blocked": len(blocked),
-            "blocked_reasons": dict(blocked_reasons.most_common()),
-            "blocked_inputs": dict(blocked_inputs.most_common()),
-            "num_engine_errors": run.engine_errors,
-            "dropped_messages": dict(run.dropped.most_common()),
-            "ground_truth": ground_truth,
-            "complete": exit_code in (EXIT_OK, EXIT_NO_PLANS),
-            "bag_error": run.bag_error,
-            "exit_code": exit_code,
-            "notes": notes,
-            "run": {
-                "tool": "wam-diff2-replay",
-                "bag": str(Path(reader.path).resolve()),
-                "topics": topic_map.as_dict(),
-                "model": str(getattr(engine, "name", "?")),
-                "model_path": config.model_path,
-                "device": str(getattr(engine, "device", config.device)),
-                "dtype": str(getattr(engine, "dtype", config.dtype)).replace("torch.", ""),
-                "decoding_engine": describe_decoding(engine, config.decode),
-                "params_file": str(options.params) if options.params else None,
-                "overrides": dict(options.overrides),
-                "params_hash": params_hash(config.values),
-                "pixel_limits": [config.min_pixels, config.max_pixels],
-                "planning_rate_hz": config.rate_hz,
-                "start_s": options.start_s,
-                "duration_s": options.duration_s,
-                "max_plans": options.max_plans,
-                "bag_start_ns": run.bag_start_ns,
-                "last_message_ns": run.last_stamp_ns,
-                "messages_read": run.messages_read,
-                "messages_fed": dict(sorted(run.messages_fed.items())),
-                "detections": run.detections if options.detect else None,
-                "output_messages": outputs.output_counts(),
-                "instants": len(run.records),
-                "model_load_s": load_s,
-                "wall_time_s": time.perf_counter() - wall_start,
-            },
-        }
-    )
-    metrics_path = evaluation.write_metrics_json(metrics, out / "metrics.json")
-    report_path: Path | None = out / "report.html"
-    try:
-        write_report_page(out / "report.html", metrics, run.records, instants, track)
-    except Exception as exc:  # the page must never cost the metrics
-        report_path = None
-        notes.append(f"report.html skipped: {type(exc).__name__}: {exc}")
-    summary = _summary_text(topic_map, metrics, plots, out)
-    summary_path = out / "summary.txt"
-    summary_path.write_text(summary, encoding="utf-8")
-    error = None
+
+def _run_section(
+    run: Run,
+    plan: RunPlan,
+    reader: Any,
+    config: Any,
+    topic_map: TopicMap,
+    engine: Any,
+    outputs: Outputs,
+    wall_start: float,
+    load_s: float,
+) -> dict[str, Any]:
+    """``metrics.json``'s ``run``: what was replayed, with what, and what it read and wrote."""
+    return {
+        "tool": "wam-diff2-replay",
+        "bag": str(Path(reader.path).resolve()),
+        "topics": topic_map.as_dict(),
+        "model": str(getattr(engine, "name", "?")),
+        "model_path": config.model_path,
+        "device": str(getattr(engine, "device", config.device)),
+        "dtype": str(getattr(engine, "dtype", config.dtype)).replace("torch.", ""),
+        "decoding_engine": describe_decoding(engine, config.decode),
+        "params_file": plan.params_file,
+        "overrides": dict(plan.overrides),
+        "params_hash": params_hash(config.values),
+        "pixel_limits": [config.min_pixels, config.max_pixels],
+        "planning_rate_hz": config.rate_hz,
+        "start_s": plan.start_s,
+        "duration_s": plan.duration_s,
+        "max_plans": plan.max_plans,
+        "bag_start_ns": run.bag_start_ns,
+        "last_message_ns": run.last_stamp_ns,
+        "messages_read": run.messages_read,
+        "messages_fed": dict(sorted(run.messages_fed.items())),
+        "detections": run.detections if plan.detect else None,
+        "output_messages": outputs.output_counts(),
+        "instants": len(run.records),
+        "model_load_s": load_s,
+        "wall_time_s": time.perf_counter() - wall_start,
+    }
+
+
+def _error_line(run: Run, exit_code: int, notes: Sequence[str]) -> str | None:
+    """What the command prints as its error for ``exit_code`` (None when it ended well)."""
     if exit_code == EXIT_BAG_DAMAGED:
-        error = f"{run.bag_error}; replayed until t={_rel(run.last_stamp_ns, run.bag_start_ns)}"
-    elif exit_code == EXIT_FAILED:
-        error = run.fatal
-    elif exit_code == EXIT_NO_PLANS:
-        error = notes[0]
-    elif exit_code == EXIT_INTERRUPTED:
-        error = f"interrupted at t={_rel(run.last_stamp_ns, run.bag_start_ns)}"
-    return ReplayResult(
-        exit_code=exit_code,
-        out_dir=out,
-        bag_path=out / BAG_DIR_NAME,
-        predictions_path=out / "predictions.jsonl",
-        metrics_path=metrics_path,
-        report_path=report_path,
-        summary_path=summary_path,
-        plots=plots,
-        metrics=metrics,
-        summary=summary,
-        error=error,
-    )
+        return f"{run.bag_error}; replayed until t={_rel(run.last_stamp_ns, run.bag_start_ns)}"
+    if exit_code == EXIT_FAILED:
+        return run.fatal
+    if exit_code == EXIT_NO_PLANS:
+        return notes[0]
+    if exit_code == EXIT_INTERRUPTED:
+        return f"interrupted at t={_rel(run.last_stamp_ns, run.bag_start_ns)}"
+    return None
 
 
 def _reason_kind(reason: str) -> str:
@@ -235,10 +299,6 @@ def _rel(stamp_ns: int | None, start_ns: int | None) -> str:
     if stamp_ns is None or start_ns is None:
         return "?"
     return f"{(stamp_ns - start_ns) / NS_PER_S:.2f} s (bag time {stamp_ns} ns)"
-
-
-def _fmt(value: Any, unit: str = "", digits: int = 2) -> str:
-    return "n/a" if value is None else f"{value:.{digits}f}{unit}"
 
 
 def _summary_text(topic_map: TopicMap, metrics: Mapping[str, Any], plots: Sequence[Path], out: Path) -> str:
@@ -267,7 +327,7 @@ def _summary_text(topic_map: TopicMap, metrics: Mapping[str, Any], plots: Sequen
         f"{metrics['num_engine_errors']} engine error(s)",
         "ADE/FDE:    "
         + "  ".join(
-            f"{h} {_fmt(metrics.get(f'ade_{h}'))}/{_fmt(metrics.get(f'fde_{h}'))} m (n={metrics.get(f'count_{h}')})"
+            f"{h} {_pair(metrics, f'ade_{h}', f'fde_{h}')} m (n={metrics.get(f'count_{h}')})"
             for h in ("1s", "2s", "3s", "4s")
         ),
     ]
@@ -276,14 +336,14 @@ def _summary_text(topic_map: TopicMap, metrics: Mapping[str, Any], plots: Sequen
         lines.append(
             "by command: "
             + ", ".join(
-                f"{name} ADE/FDE@4s {_fmt(group.get('ade_4s'))}/{_fmt(group.get('fde_4s'))} m (n={group['count']})"
+                f"{name} ADE/FDE@4s {_pair(group, 'ade_4s', 'fde_4s')} m (n={group['count']})"
                 for name, group in by_command.items()
             )
         )
     latency = metrics["latency_ms"]
     lines.append(
-        f"latency:    model p50 {_fmt(latency['p50'], ' ms', 0)}, p95 {_fmt(latency['p95'], ' ms', 0)}, "
-        f"max {_fmt(latency['max'], ' ms', 0)} (n={latency['count']})"
+        f"latency:    model p50 {number(latency['p50'], 0, ' ms', NA)}, p95 {number(latency['p95'], 0, ' ms', NA)}, "
+        f"max {number(latency['max'], 0, ' ms', NA)} (n={latency['count']})"
     )
     if metrics["invalid_by_rule"]:
         lines.append("invalid:    by rule, with the worst case of each:")

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from wam_diff2_ros.core.units import NS_PER_S
 from wam_diff2_ros.replay.errors import ReplayUsageError
 from wam_diff2_ros.replay.interrupts import INTERRUPTS
+from wam_diff2_ros.replay.records import SCHEDULE_DELAY
 
 WAIT_SLICE_S = 0.2
 
@@ -53,7 +55,7 @@ class ReplayView:
     def submit(self, cycle: Any, t_ns: int) -> None:
         """Hand one planning instant to the view, timing the hand-off."""
         started = time.perf_counter()
-        self.view.submit(cycle.view_update(t_ns))
+        self.view.submit(replace(cycle.view_update(t_ns), delay_name=SCHEDULE_DELAY))
         self.submit_us.append((time.perf_counter() - started) * 1e6)
 
     def close(self) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +47,50 @@ class ReplayOptions:
     progress: bool | None = None  # None: a bar when stderr is a terminal, else periodic lines
     serve_port: int | None = None  # --serve: the live Foxglove view on this port (0: any free port)
     serve_speed: float = 1.0  # --serve-speed: bag seconds per wall second; 0 = as fast as it goes
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """How a run goes and what it writes, resolved once from :class:`ReplayOptions` (with the node's config and the
+    topic map, the only things the replay passes on): the output folder and files, the bag window, the live view,
+    and what ``metrics.json`` records of the settings."""
+
+    out: Path
+    detect: bool = False
+    copy_inputs: bool = True
+    plots: bool = True
+    start_s: float = 0.0
+    duration_s: float | None = None
+    max_plans: int | None = None
+    progress: bool | None = None
+    serve_port: int | None = None
+    serve_speed: float = 1.0
+    params_file: str | None = None
+    overrides: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, options: ReplayOptions) -> RunPlan:
+        """The plan of ``options`` (raises :class:`ReplayUsageError` for a window that cannot be)."""
+        if options.start_s < 0 or not math.isfinite(options.start_s):
+            raise ReplayUsageError("--start must be a number >= 0")
+        if options.duration_s is not None and not (math.isfinite(options.duration_s) and options.duration_s > 0):
+            raise ReplayUsageError("--duration must be > 0")
+        if options.max_plans is not None and options.max_plans < 1:
+            raise ReplayUsageError("--max-plans must be >= 1")
+        return cls(
+            out=options.out,
+            detect=options.detect,
+            copy_inputs=options.copy_inputs,
+            plots=options.plots,
+            start_s=options.start_s,
+            duration_s=options.duration_s,
+            max_plans=options.max_plans,
+            progress=options.progress,
+            serve_port=options.serve_port,
+            serve_speed=options.serve_speed,
+            params_file=str(options.params) if options.params else None,
+            overrides=dict(options.overrides),
+        )
 
 
 def parse_set(items: Sequence[str]) -> dict[str, Any]:

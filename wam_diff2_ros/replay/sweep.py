@@ -15,7 +15,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from wam_diff2_ros.replay.confidence import decoding_summary, load_records
+from wam_diff2_ros.core.tables import figure, markdown_table
+from wam_diff2_ros.replay.confidence_analysis import decoding_summary, load_records
 from wam_diff2_ros.replay.errors import EXIT_OK
 from wam_diff2_ros.replay.settings import ReplayOptions
 
@@ -120,20 +121,10 @@ def _row(predictions: Path, metrics: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _cell(value: Any) -> str:
-    if value is None:
-        return "–"
-    if isinstance(value, float):
-        return f"{value:.3g}" if abs(value) < 100 else f"{value:.0f}"
-    return str(value)
-
-
 def curve_table(rows: Sequence[dict[str, Any]]) -> str:
     """The sweep as a Markdown table."""
-    head = "| " + " | ".join(title for _, title in COLUMNS) + " |"
-    rule = "|" + "|".join(" --- " for _ in COLUMNS) + "|"
-    body = ["| " + " | ".join(_cell(row.get(key)) for key, _ in COLUMNS) + " |" for row in rows]
-    return "\n".join([head, rule, *body]) + "\n"
+    cells = [[figure(row.get(key)) for key, _ in COLUMNS] for row in rows]
+    return "\n".join(markdown_table([title for _, title in COLUMNS], cells))
 
 
 def write_curve(rows: Sequence[dict[str, Any]], out: Path) -> list[Path]:
@@ -178,7 +169,7 @@ def plot_curve(rows: Sequence[dict[str, Any]], path: Path) -> Path:
     timing.set_title("timeliness")
     for axis in (quality, timing):
         axis.set_xticks(x)
-        ticks = [f"{label}\n{_cell(row['deadline_ms'])} ms" for label, row in zip(labels, rows, strict=True)]
+        ticks = [f"{label}\n{figure(row['deadline_ms'])} ms" for label, row in zip(labels, rows, strict=True)]
         axis.set_xticklabels(ticks)
         axis.set_xlabel("deadline (share of the unbounded median plan time)")
     fig.tight_layout()

@@ -17,7 +17,7 @@ from wam_diff2_ros.ros.topics import OUTPUT_TOPICS as NODE_TOPICS
 from wam_diff2_ros.ros.topics import absolute
 
 if TYPE_CHECKING:
-    from wam_diff2_ros.ros.inputs import InputRow
+    from wam_diff2_ros.ros.input_rows import InputRow
 
 NODE_PREFIX = f"/{DEFAULT_NODE_NAME}"
 #: The node's outputs the replay writes, under the node's own topic names (detections_2d and answers are not
@@ -248,7 +248,7 @@ def select_topics(topics: Mapping[str, Any], request: TopicRequest, num_cameras:
 
 
 def routes(topic_map: TopicMap, rows: Sequence[InputRow]) -> dict[str, InputRow]:
-    """Bag topic → the row of the node's input table (:func:`wam_diff2_ros.ros.inputs.input_table`) it feeds,
+    """Bag topic → the row of the node's input table (:func:`wam_diff2_ros.ros.input_rows.input_table`) it feeds,
     as the node's subscription of that input would; a topic whose input the table lacks is not fed."""
     by_input = {(row.role, row.index): row for row in rows}
     wanted: dict[str, tuple[str, int | None]] = {}

@@ -1,38 +1,28 @@
 """The node's inputs, one table (:data:`INPUTS`): role → message type → topic → QoS → runtime handler.
 
-Everything else about an input is derived from its row: the node's subscription (:func:`input_table`, wired by
-``WamDiff2Node``), its ``qos.<key>.*`` parameters (:data:`QOS_INPUTS`, read by ``ros/params/specs.py``), and the
-replay's side: which bag topic feeds it (:func:`wam_diff2_ros.replay.topics.select_topics` and ``routes``), its
-``--<role>-topic`` flag and its ``replay.<role>_topic(s)`` key. A bag message reaches the handler the node's
-subscription would hand it to, so a change here is a change in both.
+Everything else about an input is derived from its row: the node's subscription
+(:func:`~.input_rows.input_table` binds the rows to a config and a runtime, wired by ``WamDiff2Node``), its
+``qos.<key>.*`` parameters (:data:`QOS_INPUTS`, read by ``ros/params/specs.py``), and the replay's side: which
+bag topic feeds it (:func:`wam_diff2_ros.replay.topics.select_topics` and ``routes``), its ``--<role>-topic`` flag
+and its ``replay.<role>_topic(s)`` key. A bag message reaches the handler the node's subscription would hand it
+to, so a change here is a change in both.
 
 Roles: ``image`` (``sensor_msgs/Image`` or ``CompressedImage`` by ``cameras.transports``) and ``camera_info``
 per camera (``index`` = camera index), ``odometry``, ``acceleration``, ``command`` (``std_msgs/String``) and
 ``driving_command`` (``wam_diff2_ros/DrivingCommand``, the same input under its own topic name; only where the
 package's messages import), and ``turn_indicators`` (Autoware's ``TurnIndicatorsCommand``, the command from the
-route's turn signal): the command rows are used by ``command.source``. The VQA question topic is not an input of
-the runtime: the node queues questions for its worker (:data:`~.topics.QUESTION_TOPIC`).
+route's turn signal); ``command.source`` says which command rows are used. The VQA question topic is not an input of the runtime: the node queues questions
+for its worker (:data:`~.topics.QUESTION_TOPIC`).
 
-No ROS import at module level: the table names message types (``pkg/msg/Name``), so the parameter table and the
-replay's command line read it without loading ROS; :func:`input_table` imports the classes when it builds rows.
+No ROS import and nothing else of ``ros/``: the table names message types (``pkg/msg/Name``), so the parameter
+table and the replay's command line read it without loading ROS; :func:`~.input_rows.input_table` imports the
+classes when it builds rows.
 """
 
 from __future__ import annotations
 
-import functools
-import importlib
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
 
-from wam_diff2_ros.core.samples import InputProblem
-
-if TYPE_CHECKING:  # the parameter table imports this module: no import back into params at module level
-    from .params import NodeConfig
-    from .runtime import PlannerRuntime
-
-#: ``(msg, receive_ns) → None or the problem that dropped the message``
-Handler = Callable[[Any, int], InputProblem | None]
 #: A camera's transports, in the order of an image input's ``msg_types`` and ``handlers``.
 CAMERA_TRANSPORTS = ("raw", "compressed")
 PACKAGE = "wam_diff2_ros"
@@ -124,65 +114,3 @@ SINGLE_INPUTS = tuple(spec for spec in INPUTS if not spec.per_camera)
 #: The inputs with ``qos.<key>.*`` parameters, in table order, and the default reliability of each.
 QOS_INPUTS: tuple[str, ...] = tuple(dict.fromkeys(spec.qos_key for spec in INPUTS))
 QOS_DEFAULT_RELIABILITY: dict[str, str] = {key: SPEC_BY_ROLE[key].default_reliability for key in QOS_INPUTS}
-
-
-@dataclass(frozen=True)
-class InputRow:
-    """One input of the runtime: a spec bound to a topic, a message class and a handler."""
-
-    role: str
-    topic: str  # the node's private, remappable topic
-    msg_type: type
-    qos_key: str  # the key in NodeConfig.qos
-    name: str  # the input's name in diagnostics and problems
-    handler: Handler
-    index: int | None = None  # camera index (image, camera_info)
-
-    @property
-    def is_image(self) -> bool:
-        """An image of a camera (planning at rate 0 follows the front one)."""
-        return self.role == "image"
-
-
-def _message_class(type_name: str, runtime: PlannerRuntime) -> type | None:
-    """The class of ``pkg/msg/Name``; this package's own from the runtime's messages (None where not built)."""
-    package, _, name = type_name.split("/")
-    if package == PACKAGE:
-        return None if runtime.msgs is None else getattr(runtime.msgs, name)
-    return getattr(importlib.import_module(f"{package}.msg"), name)
-
-
-def input_table(config: NodeConfig, runtime: PlannerRuntime) -> list[InputRow]:
-    """The runtime's inputs for ``config``: per camera its image and camera info, then the single inputs (a
-    row whose message type is not available, this package's own without built messages, is left out)."""
-    rows: list[InputRow] = []
-    for index, camera in enumerate(config.cameras):
-        for spec in CAMERA_INPUTS:
-            choice = CAMERA_TRANSPORTS.index(camera.transport) if len(spec.msg_types) > 1 else 0
-            msg_type = _message_class(spec.msg_types[choice], runtime)
-            if msg_type is not None:
-                handler = functools.partial(getattr(runtime, spec.handlers[choice]), index)
-                name = f"{spec.role}_{index} ({camera.name})"
-                rows.append(InputRow(spec.role, spec.topic(index), msg_type, spec.qos_key, name, handler, index))
-    for spec in SINGLE_INPUTS:
-        if spec.command_source and spec.command_source != config.command_source:
-            continue
-        msg_type = _message_class(spec.msg_types[0], runtime)
-        if msg_type is not None:
-            handler = getattr(runtime, spec.handlers[0])
-            rows.append(InputRow(spec.role, spec.topic(), msg_type, spec.qos_key, spec.input_name, handler))
-    return rows
-
-
-def input_names(rows: list[InputRow]) -> list[str]:
-    """The inputs' diagnostic names, once each, in table order."""
-    return list(dict.fromkeys(row.name for row in rows))
-
-
-def receive(row: InputRow, msg: Any, receive_ns: int) -> InputProblem | None:
-    """Hand ``msg`` to the row's handler; an unexpected exception becomes the row's problem (one bad message never
-    ends the node or the replay)."""
-    try:
-        return row.handler(msg, receive_ns)
-    except Exception as exc:
-        return InputProblem(row.name, f"unexpected error: {type(exc).__name__}: {exc}")

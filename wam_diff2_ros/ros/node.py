@@ -43,15 +43,15 @@ from wam_diff2_ros.core.samples import InputProblem
 
 from . import autoware, qos
 from .diagnostics import KeyedThrottle, NodeHealth
-from .inputs import InputRow, input_names, input_table, receive
+from .input_rows import InputRow, input_names, input_table, receive
 from .model_slot import EngineFactory, ModelSlot
 from .outputs import output_types
 from .param_guard import (
-    coerce_set_request,
     declare_typed_parameters,
     evaluate_change,
     parameter_type,
-    wrong_type_reason,
+    screen_set_request,
+    type_refusal,
 )
 from .params import DEFAULT_NODE_NAME, PARAMETER_SPECS, SPEC_BY_NAME, NodeConfig, ParameterError
 from .process import ContextLogger, run_node
@@ -119,9 +119,11 @@ class WamDiff2Node(LifecycleNode):
         self._diag_timer = self.create_timer(1.0, self._publish_diagnostics, callback_group=self._diag_group)
         self._autostart_timer = None
         self.add_on_set_parameters_callback(self._on_set_parameters)
-        self._declared_types = {spec.name: parameter_type(spec) for spec in PARAMETER_SPECS}
+        declared_types = {spec.name: parameter_type(spec) for spec in PARAMETER_SPECS}
         if hasattr(self, "add_pre_set_parameters_callback"):  # rclpy >= Iron: `param set ... 5` for a double
-            self.add_pre_set_parameters_callback(lambda params: coerce_set_request(params, self._declared_types))
+            self.add_pre_set_parameters_callback(
+                lambda params: screen_set_request(params, declared_types, self._current_value)
+            )
         if self.get_parameter("autostart").value is True:
             self._autostart_timer = self.create_timer(0.0, self._autostart)
         else:
@@ -151,6 +153,9 @@ class WamDiff2Node(LifecycleNode):
         if self.trigger_configure() == SUCCESS:
             self.trigger_activate()
 
+    def _current_value(self, name: str) -> Any:
+        return self.get_parameter(name).value
+
     def _parameter_values(self) -> dict[str, Any]:
         values = {spec.name: _plain(self.get_parameter(spec.name).value) for spec in PARAMETER_SPECS}
         values.update(self._rejected_overrides)  # reported by validation until a valid value is set
@@ -164,6 +169,10 @@ class WamDiff2Node(LifecycleNode):
 
     def _on_set_parameters(self, parameters: list[Any]) -> SetParametersResult:
         """Validate a set request; apply live what applies live, refuse the rest with the reason."""
+        refusal = type_refusal(parameters)
+        if refusal:
+            self.get_logger().warning(f"parameter change refused: {refusal}")
+            return SetParametersResult(successful=False, reason=refusal)
         changes = {p.name: _plain(p.value) for p in parameters if p.name in SPEC_BY_NAME}
         if not changes:
             return SetParametersResult(successful=True)
@@ -443,13 +452,6 @@ class WamDiff2Node(LifecycleNode):
             self._model.abandon()
         self._runtime = None
         self._config = None
-
-    def _set_parameters_atomically_common(self, parameter_list: list, *args: Any, **kwargs: Any) -> Any:
-        """rclpy's set, with a wrong-type refusal naming the types (rclpy's reason names their codes)."""
-        result = super()._set_parameters_atomically_common(parameter_list, *args, **kwargs)
-        if not result.successful and result.reason.startswith("Wrong parameter type"):
-            result.reason = wrong_type_reason(parameter_list, self._declared_types) or result.reason
-        return result
 
     def get_logger(self) -> ContextLogger:
         """The node's logger; to stderr once the process is stopping (see :class:`~.process.ContextLogger`)."""

@@ -8,8 +8,9 @@ rclpy itself then refuses a value of the wrong type or out of range; :func:`eval
 full validation (cross-parameter rules, exclusive bounds, choices) and the lifecycle rule (a parameter
 that shapes the model, subscriptions or publishers is refused on a configured node).
 
-Set requests get the same lenience as overrides (:func:`coerce_set_request`, an rclpy pre-set callback): an
-integer for a double parameter is converted. Overrides (``--params-file``, ``-p``) of the wrong type or out of
+Set requests get the same lenience as overrides (:func:`screen_set_request`, an rclpy pre-set callback): an
+integer for a double parameter is converted; a value of another wrong type is refused by the on-set callback with
+the types by name (:func:`type_refusal`). Overrides (``--params-file``, ``-p``) of the wrong type or out of
 range would make rclpy raise while the node is constructed; :func:`declare_typed_parameters` takes them out
 instead (an integer for a double is converted) and returns them, so configure fails with the reason and the
 node stays up.
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -139,31 +140,40 @@ TYPE_NAMES = {
 }
 
 
-def wrong_type_reason(parameters: list[Parameter], declared: Mapping[str, Parameter.Type]) -> str | None:
-    """The refusal of a set request with values of the wrong type, by type names (rclpy's own reason names the
-    types by their codes: "expected '3' got '4'"); None when every value has its declared type."""
-    wrong = [
-        f"{p.name}: wrong parameter type, expected {TYPE_NAMES[declared[p.name]]}, got "
-        f"{TYPE_NAMES[p.type_]} {p.value!r}"
-        for p in parameters
-        if p.name in declared and p.type_ not in (declared[p.name], Parameter.Type.NOT_SET)
-    ]
-    return "; ".join(wrong) or None
+class WrongType(Parameter):
+    """A set request's value of the wrong type, stood in by the parameter's current value: rclpy's own type check
+    (whose reason names the types by their codes, "expected '3' got '4'") passes it on to the on-set callback,
+    which refuses it with :attr:`reason` (the types by name)."""
+
+    def __init__(self, given: Parameter, declared: Parameter.Type, current: Any) -> None:
+        super().__init__(given.name, declared, current)
+        self.reason = (
+            f"{given.name}: wrong parameter type, expected {TYPE_NAMES[declared]}, got "
+            f"{TYPE_NAMES[given.type_]} {given.value!r}"
+        )
 
 
-def coerce_set_request(parameters: list[Parameter], declared: Mapping[str, Parameter.Type]) -> list[Parameter]:
-    """A set request with integers for double parameters (``ros2 param set /wam_diff2 planning.rate_hz 5``) and
-    empty lists for array parameters converted to the declared type (rclpy's pre-set callback); everything else
-    unchanged, for the type check to refuse with its reason."""
+def screen_set_request(
+    parameters: list[Parameter], declared: Mapping[str, Parameter.Type], current: Callable[[str], Any]
+) -> list[Parameter]:
+    """The node's pre-set callback: integers for double parameters (``ros2 param set /wam_diff2 planning.rate_hz
+    5``) and empty lists for array parameters converted to the declared type; any other value of the wrong type
+    becomes a :class:`WrongType` (with ``current(name)`` as its value) for :func:`type_refusal`."""
     result = []
     for parameter in parameters:
         kind = declared.get(parameter.name)
         if kind is not None and parameter.type_ not in (kind, Parameter.Type.NOT_SET):
             ok, value = _coerce(parameter.value, kind)
-            if ok:
-                parameter = Parameter(parameter.name, kind, value)
+            parameter = (
+                Parameter(parameter.name, kind, value) if ok else WrongType(parameter, kind, current(parameter.name))
+            )
         result.append(parameter)
     return result
+
+
+def type_refusal(parameters: list[Parameter]) -> str | None:
+    """The refusal of a set request for its values of the wrong type (see :class:`WrongType`); None if none."""
+    return "; ".join(p.reason for p in parameters if isinstance(p, WrongType)) or None
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,9 @@ class PlanUpdate:
     stale: bool = False
     note: str = ""
     end_to_end_ms: float = 0.0
+    #: the name of ``end_to_end_ms`` in the plan info: the node's latency from the image stamp to the output, or
+    #: a replay's ``schedule_delay_ms`` (the bag-clock gap from the image to the planning tick, no model time)
+    delay_name: str = "end_to_end_ms"
 
 
 @dataclass(frozen=True)
@@ -106,7 +109,8 @@ def view_frame(update: PlanUpdate) -> ViewFrame:
         fixed = tuple(pose.transform(x, y)[:2] for x, y in waypoints)
     vx, vy = observation.velocity
     timing = result.timing.milliseconds()
-    timing["end_to_end_ms"] = update.end_to_end_ms or timing.get("end_to_end_ms", 0.0)
+    delay = timing.pop("end_to_end_ms", 0.0)
+    timing[update.delay_name] = update.end_to_end_ms or delay
     reason = result.reason or update.note
     info = {
         "status": status,

@@ -7,19 +7,14 @@ raised together as one :class:`ParameterError` naming each parameter.
 
 ``config/wam_diff2.yaml`` documents every parameter (a test keeps it in step with this table).
 
-Modules: :mod:`.specs` (the table, defaults from the core configs), :mod:`.config` (:class:`NodeConfig`),
-:mod:`.reader` (validation, rules, YAML).
+Modules, each importing only those before it: :mod:`.specs` (the table, defaults from the core configs),
+:mod:`.reader` (:class:`ValueReader`: typed values, problems, rules; the YAML), :mod:`.cameras` (the camera
+section), :mod:`.config` (:class:`NodeConfig` and its validation).
 """
 
-from .config import CameraConfig, NodeConfig, QosSettings
-from .reader import (
-    ParameterRule,
-    change_problems,
-    flatten_parameters,
-    load_parameters_file,
-    parameter_rules,
-    validation_problems,
-)
+from .cameras import CameraConfig
+from .config import NodeConfig, QosSettings, change_problems, parameter_rules, validation_problems
+from .reader import ParameterRule, ValueReader, flatten_parameters, load_parameters_file
 from .specs import (
     DEFAULT_NODE_NAME,
     DEVICES_HINT,
@@ -57,6 +52,7 @@ __all__ = [
     "ParameterRule",
     "ParameterSpec",
     "QosSettings",
+    "ValueReader",
     "change_problems",
     "flatten_parameters",
     "load_parameters_file",

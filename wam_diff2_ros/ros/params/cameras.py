@@ -1,21 +1,27 @@
 """The camera section of the parameters: ``cameras.*``, the planning prompt's cameras and template, and the camera
-lists of detection and VQA, read through a :class:`~.reader` value reader (every problem collected)."""
+lists of detection and VQA, read through a :class:`~.reader.ValueReader` (every problem collected)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 from wam_diff2_ros.core.prompts import IMAGE_PLACEHOLDER, resolve_planning_template
 
-from .config import CameraConfig
+from .reader import ValueReader
 from .specs import TRANSPORTS
 
-if TYPE_CHECKING:
-    from .reader import _Reader
+
+@dataclass(frozen=True)
+class CameraConfig:
+    """One camera: name, transport (raw|compressed), optical frame used when the header has none."""
+
+    name: str
+    transport: str
+    frame_id: str
 
 
-def read_cameras(reader: _Reader) -> tuple[CameraConfig, ...]:
+def read_cameras(reader: ValueReader) -> tuple[CameraConfig, ...]:
     """``cameras.names`` / ``transports`` / ``frame_ids`` → one :class:`CameraConfig` per camera."""
     names = [n.strip() for n in reader.strings("cameras.names")]
     if not names:
@@ -47,7 +53,7 @@ def read_cameras(reader: _Reader) -> tuple[CameraConfig, ...]:
     )
 
 
-def camera_index(reader: _Reader, name: str, cameras: Sequence[CameraConfig], value: str) -> int:
+def camera_index(reader: ValueReader, name: str, cameras: Sequence[CameraConfig], value: str) -> int:
     """The index of camera ``value`` in ``cameras`` ('' = the front camera, 0); a problem for ``name`` if unknown."""
     if value == "":
         return 0
@@ -58,7 +64,7 @@ def camera_index(reader: _Reader, name: str, cameras: Sequence[CameraConfig], va
     return 0
 
 
-def camera_list(reader: _Reader, name: str, cameras: Sequence[CameraConfig]) -> tuple[int, ...]:
+def camera_list(reader: ValueReader, name: str, cameras: Sequence[CameraConfig]) -> tuple[int, ...]:
     """A list parameter of camera names → their indices, in the list's order; ``['']`` = every camera."""
     chosen = [n.strip() for n in reader.strings(name) if n.strip()]
     indices = tuple(camera_index(reader, name, cameras, n) for n in chosen) or tuple(range(len(cameras)))
@@ -67,7 +73,7 @@ def camera_list(reader: _Reader, name: str, cameras: Sequence[CameraConfig]) -> 
     return indices
 
 
-def planning_cameras(reader: _Reader, cameras: Sequence[CameraConfig]) -> tuple[int, ...]:
+def planning_cameras(reader: ValueReader, cameras: Sequence[CameraConfig]) -> tuple[int, ...]:
     """``planning.cameras``: the cameras whose images go in the planning prompt; the front camera comes first
     (a plan is made on each new front image and carries its stamp)."""
     indices = camera_list(reader, "planning.cameras", cameras)
@@ -81,7 +87,7 @@ def planning_cameras(reader: _Reader, cameras: Sequence[CameraConfig]) -> tuple[
     return indices
 
 
-def planning_template(reader: _Reader, cameras: Sequence[CameraConfig], indices: Sequence[int]) -> str:
+def planning_template(reader: ValueReader, cameras: Sequence[CameraConfig], indices: Sequence[int]) -> str:
     """``prompt.template``: a built-in name or a custom text with one ``<image>`` per planning camera."""
     template = reader.text("prompt.template")
     try:

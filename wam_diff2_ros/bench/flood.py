@@ -1,10 +1,9 @@
-#!/usr/bin/env python3
 """Does a decoding deadline hold while the node is flooded with camera images? (docs/confidence.md)
 
-    OMP_NUM_THREADS=2 python scripts/measure_flood.py --out /tmp/flood --seconds 180
+    OMP_NUM_THREADS=2 wam-diff2-bench flood --out /tmp/flood --seconds 180
 
 Real node (``wam_diff2_node``, demo model on the CPU unless ``--model``), real DDS, three processes: the node, a
-sensor process (this script with ``--publish``: ``--cameras`` raw rgb8 cameras of ``--width`` x ``--height`` at
+sensor process (this module with ``--publish``: ``--cameras`` raw rgb8 cameras of ``--width`` x ``--height`` at
 ``--rate-hz`` each, odometry at 50 Hz, a command at 2 Hz) and this process, which collects the plans and the
 diagnostics and samples the node's RSS every second.
 
@@ -32,7 +31,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
 CAMERAS = ("front", "front_left", "front_right", "back_left", "back_right", "back")
 NS = "/flood"
 
@@ -174,15 +172,15 @@ def run_node(args: argparse.Namespace, out: Path, name: str, values: dict[str, A
     params = out / f"{name}.yaml"
     params.write_text(yaml.safe_dump({"/**": {"ros__parameters": values}}), encoding="utf-8")
     node = Path(sys.executable).with_name("wam_diff2_node")
-    command = [str(node), "--ros-args", "--params-file", str(REPO / "config" / "wam_diff2.yaml"),
-               "--params-file", str(params), "-r", f"__ns:={NS}"]  # fmt: skip
+    command = [str(node), "--ros-args", "--params-file", str(params), "-r", f"__ns:={NS}"]
     log = (out / f"{name}_node.log").open("wb")
     return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
 
 
 def sensors(args: argparse.Namespace, out: Path, name: str, cameras: int, rate_hz: float) -> subprocess.Popen:
-    command = [sys.executable, __file__, "--publish", "--cameras", str(cameras), "--rate-hz", str(rate_hz),
-               "--width", str(args.width), "--height", str(args.height), "--speed", str(args.speed)]  # fmt: skip
+    command = [sys.executable, "-m", "wam_diff2_ros.bench.flood", "--publish", "--cameras", str(cameras),
+               "--rate-hz", str(rate_hz), "--width", str(args.width), "--height", str(args.height),
+               "--speed", str(args.speed)]  # fmt: skip
     return subprocess.Popen(command, stdout=(out / f"{name}_sensors.log").open("wb"), stderr=subprocess.STDOUT)
 
 
@@ -286,7 +284,9 @@ def summary(seen: dict[str, Any], deadline_ms: float) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="wam-diff2-bench flood", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--out", type=Path, default=Path("flood"))
     parser.add_argument("--model", default="demo")
     parser.add_argument("--device", default="cpu")

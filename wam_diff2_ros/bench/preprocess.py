@@ -1,4 +1,9 @@
-"""Host vs device image preprocessing (`wam-diff2-bench --preprocessing`): pixel values and host time.
+"""One camera frame's preprocessing (`wam-diff2-bench preprocess`, also `--preprocessing`): host vs device pixel
+values against the reference, and the time of each path.
+
+    OMP_NUM_THREADS=2 wam-diff2-bench preprocess --iterations 5
+    git show REV:wam_diff2_ros/core/image_preprocess.py > /tmp/old_processor.py
+    wam-diff2-bench preprocess --previous /tmp/old_processor.py
 
 For varied frames (sizes: a 16:9 camera, 4:3, one above `max_pixels`, one below `min_pixels`; contents:
 noise, a smooth gradient with an edge, blocks) it compares the pixel values of
@@ -9,17 +14,19 @@ noise, a smooth gradient with an edge, blocks) it compares the pixel values of
   image processor (its rescale, normalisation and patch layout),
 
 and reports the largest absolute difference of the float pixel values (1 level of 255 = 2/255 ≈ 0.0078 here).
-It times, per frame of the first size, the host path, the device path (wall time until its device work is done),
-and the host's own share of the device path: copying the frame into its reused staging buffer (pinned, and the
-transfer started, on CUDA).
+It times, per frame of the first size, the host path (to uint8 patches, and on to float32 pixel values: what a CPU
+engine does), the device path (wall time until its device work is done), and the host's own share of the device
+path: copying the frame into its reused staging buffer (pinned, and the transfer started, on CUDA). `--previous
+FILE` adds the same frame through another version of core/image_preprocess.py (its `preprocess_image` to pixel values),
+loaded from FILE, timed in the same run, with a check that both give the same pixel values bit for bit.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import sys
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -27,6 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from wam_diff2_ros.bench.timing import host_ms
 from wam_diff2_ros.core import image_preprocess
 from wam_diff2_ros.core.device_preprocess import frame_to_device, host_frame, preprocess_image_on_device
 
@@ -74,15 +82,6 @@ def reference_pixel_values(image: np.ndarray, config: image_preprocess.ImageProc
     return hf(images=[resized], return_tensors="pt")["pixel_values"].float()
 
 
-def _median_ms(function: Callable[[], Any], repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        function()
-        times.append((time.perf_counter() - started) * 1000)
-    return float(np.median(times))
-
-
 def _synced(image: Any) -> Any:
     """`image` after its device work finished (the wall time of the device path, launches included)."""
     if image.patches.device.type == "cuda":
@@ -99,8 +98,23 @@ def _frame_copier(frame: np.ndarray) -> Callable[[], Any]:
     return lambda: np.copyto(buffer.numpy(), host_frame(frame).numpy())
 
 
-def compare(sizes: Sequence[tuple[int, int]] = SIZES, repeats: int = 5) -> dict[str, Any]:
-    """Largest pixel-value differences per size and content, and host times for the first size."""
+def _median_ms(function: Callable[[], Any], repeats: int) -> float:
+    return host_ms(function, repeats)[0]
+
+
+def load_processor(path: Path) -> Any:
+    """Another version of core/image_preprocess.py, loaded from ``path``."""
+    spec = importlib.util.spec_from_file_location("previous_processor", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def compare(sizes: Sequence[tuple[int, int]] = SIZES, repeats: int = 5, previous: Path | None = None) -> dict[str, Any]:
+    """Largest pixel-value differences per size and content, and host times for the first size (and of the
+    processor at ``previous``)."""
     config = image_preprocess.ImageProcessorConfig()
     target = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # where the device path runs
     limits = (image_preprocess.DEFAULT_MIN_PIXELS, image_preprocess.DEFAULT_MAX_PIXELS)
@@ -130,11 +144,21 @@ def compare(sizes: Sequence[tuple[int, int]] = SIZES, repeats: int = 5) -> dict[
     timing = {
         "size": f"{width}x{height}",
         "host_path_ms": _median_ms(lambda: image_preprocess.preprocess_image(frame, config, *limits).patches, repeats),
+        "host_pixel_values_ms": _median_ms(
+            lambda: image_preprocess.preprocess_image(frame, config, *limits).pixel_values, repeats
+        ),
         "device": str(target),
         "device_path_ms": _median_ms(lambda: _synced(on_device(frame)), repeats),
         "frame_copy_ms": _median_ms(_frame_copier(frame), repeats),
         "pinned": torch.cuda.is_available(),
     }
+    if previous is not None:
+        old = load_processor(previous)
+        old_config = old.ImageProcessorConfig()
+        ours = image_preprocess.preprocess_image(frame, config, *limits).pixel_values
+        timing["previous"] = str(previous)
+        timing["previous_identical"] = torch.equal(old.preprocess_image(frame, old_config).pixel_values, ours)
+        timing["previous_ms"] = _median_ms(lambda: old.preprocess_image(frame, old_config).pixel_values, repeats)
     return {"rows": rows, "timing": timing, "torch_threads": torch.get_num_threads(), "repeats": repeats}
 
 
@@ -155,22 +179,31 @@ def print_comparison(figures: dict[str, Any]) -> None:
     print(
         f"{timing['size']} per frame, median of {figures['repeats']}, {figures['torch_threads']} torch threads: "
         f"host path {timing['host_path_ms']:.1f} ms; device path on {timing['device']} {timing['device_path_ms']:.1f} "
-        f"ms (wall, synchronised); the device path's host copy ({copy} buffer) {timing['frame_copy_ms']:.2f} ms"
+        f"ms (wall, synchronised); the device path's host copy ({copy} buffer) {timing['frame_copy_ms']:.2f} ms; "
+        f"host path to pixel values (a CPU engine) {timing['host_pixel_values_ms']:.1f} ms"
     )
+    if "previous" in timing:
+        print(
+            f"previous processor {timing['previous']}: {timing['previous_ms']:.1f} ms to pixel values, "
+            f"identical: {timing['previous_identical']}"
+        )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`wam-diff2-bench preprocess-device` (also `wam-diff2-bench --preprocessing`); returns the exit code."""
-    parser = argparse.ArgumentParser(prog="wam-diff2-bench preprocess-device", description=__doc__.split("\n\n")[0])
+    """`wam-diff2-bench preprocess` (also `wam-diff2-bench --preprocessing`); returns the exit code."""
+    parser = argparse.ArgumentParser(
+        prog="wam-diff2-bench preprocess", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--width", type=int, default=SIZES[0][0], help="the first frame size compared")
     parser.add_argument("--height", type=int, default=SIZES[0][1])
     parser.add_argument("--iterations", type=int, default=5, help="timing repeats per frame")
+    parser.add_argument("--previous", type=Path, help="another core/image_preprocess.py to time and compare with")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures to this JSON file")
     args = parser.parse_args(argv)
     if args.iterations < 1:
-        print("wam-diff2-bench preprocess-device: error: need --iterations >= 1", file=sys.stderr)
+        print("wam-diff2-bench preprocess: error: need --iterations >= 1", file=sys.stderr)
         return 2
-    figures = compare(((args.width, args.height), *SIZES[1:]), repeats=args.iterations)
+    figures = compare(((args.width, args.height), *SIZES[1:]), args.iterations, args.previous)
     print_comparison(figures)
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")

@@ -1,7 +1,6 @@
-#!/usr/bin/env python3
 """What the live view costs the planning thread, and its memory with a client that stops reading.
 
-    OMP_NUM_THREADS=1 python scripts/measure_viewer.py --plans 400 --stall-s 60
+    OMP_NUM_THREADS=1 wam-diff2-bench viewer --plans 400 --stall-s 60
 
 1. cost: a stand-in for planning (a float32 matrix product loop of about --work-ms on one thread, as a decode
    step is) runs --plans times with the view off, then on with a client reading every channel; each plan hands a
@@ -135,16 +134,18 @@ def stall(seconds: float) -> None:
     ws.close()
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> int:
+    """`wam-diff2-bench viewer`; returns the exit code."""
+    parser = argparse.ArgumentParser(prog="wam-diff2-bench viewer", description=__doc__.splitlines()[0])
     parser.add_argument("--plans", type=int, default=400)
     parser.add_argument("--work-ms", type=float, default=50.0)
     parser.add_argument("--stall-s", type=float, default=60.0)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     cost(args.plans, args.work_ms)
     if args.stall_s > 0:
         stall(args.stall_s)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -1,9 +1,8 @@
-#!/usr/bin/env python3
 """Measure ``wam-diff2-fleet`` against ``wam-diff2-replay`` run one bag after another, on the same bags.
 
 ::
 
-    python scripts/fleet_scale.py WORK_DIR [--model demo] [--workers 2] [--rate-hz 0.5] [--max-plans 3]
+    wam-diff2-fleet scale WORK_DIR [--model demo] [--workers 2] [--rate-hz 0.5] [--max-plans 3]
 
 Writes 8 synthetic bags (different seeds, lengths, image sizes and transports; the 12 s ones include the drive's
 left turn; one truncated, one without odometry) under ``WORK_DIR/bags``, replays them one after another with
@@ -62,15 +61,16 @@ def predictions(folder: Path) -> list[dict]:
     return [{k: v for k, v in json.loads(line).items() if k != "timing"} for line in lines]
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None) -> int:
+    """`wam-diff2-fleet scale`; returns the exit code (1 when a bag's predictions differ)."""
+    parser = argparse.ArgumentParser(prog="wam-diff2-fleet scale", description=__doc__.split("\n\n")[0])
     parser.add_argument("work", type=Path)
     parser.add_argument("--model", default="demo")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--rate-hz", default="0.5")
     parser.add_argument("--max-plans", default="3", help="per bag (keeps the run short on a busy machine)")
     parser.add_argument("--replay-threads", type=int, default=os.cpu_count() or 1, help="torch threads of each replay")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     work = args.work.resolve()
     bags = make_bags(work / "bags")
     common = ["--model", args.model, "--rate-hz", args.rate_hz, "--max-plans", args.max_plans, "--no-progress"]
