@@ -63,7 +63,8 @@ def markdown(report: Mapping[str, Any]) -> str:
         )
     if pooled.get("invalid_reasons"):
         lines += [
-            "Invalid plans by reason: " + "; ".join(f"{markdown_cell(r)} ({n}x)" for r, n in pooled["invalid_reasons"].items())
+            "Invalid plans by reason: "
+            + "; ".join(f"{markdown_cell(r)} ({n}x)" for r, n in pooled["invalid_reasons"].items())
         ]
         lines += [""]
     lines += [*(f"![{p.rsplit('/', 1)[-1]}]({p})" for p in report.get("plots", [])), ""]

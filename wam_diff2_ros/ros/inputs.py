@@ -11,8 +11,8 @@ Roles: ``image`` (``sensor_msgs/Image`` or ``CompressedImage`` by ``cameras.tran
 per camera (``index`` = camera index), ``odometry``, ``acceleration``, ``command`` (``std_msgs/String``) and
 ``driving_command`` (``wam_diff2_ros/DrivingCommand``, the same input under its own topic name; only where the
 package's messages import), and ``turn_indicators`` (Autoware's ``TurnIndicatorsCommand``, the command from the
-route's turn signal); ``command.source`` says which command rows are used. The VQA question topic is not an input of the runtime: the node queues questions
-for its worker (:data:`~.topics.QUESTION_TOPIC`).
+route's turn signal); ``command.source`` says which command rows are used. The VQA question topic is not an
+input of the runtime: the node queues questions for its worker (:data:`~.topics.QUESTION_TOPIC`).
 
 No ROS import and nothing else of ``ros/``: the table names message types (``pkg/msg/Name``), so the parameter
 table and the replay's command line read it without loading ROS; :func:`~.input_rows.input_table` imports the

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from wam_diff2_ros.core.acceleration import ACCELERATION_SOURCES, AccelerationFilterConfig
-from wam_diff2_ros.core.decoding import ENGINES, REMASKING_STRATEGIES, DecodeConfig, DecodeConfigError
 from wam_diff2_ros.core.device_preprocess import PREPROCESS_MODES
+from wam_diff2_ros.core.engine.decoding import ENGINES, REMASKING_STRATEGIES, DecodeConfig, DecodeConfigError
 from wam_diff2_ros.core.kinematics import DEFAULT_KINEMATIC_LIMITS, KinematicLimits
 from wam_diff2_ros.core.observation import SyncConfig
 from wam_diff2_ros.core.planning import PlanningConfig
@@ -164,7 +164,6 @@ def _decode(reader: ValueReader) -> DecodeConfig:
             confidence_threshold=reader.number("decoding.confidence_threshold", positive=True, maximum=1.0),
             engine=reader.text("decoding.engine", ENGINES),
             cuda_graphs=reader.boolean("decoding.cuda_graphs"),
-            torch_compile=reader.boolean("decoding.torch_compile"),
             deadline_ms=reader.number("decoding.deadline_ms", minimum=0.0),
             seed=None if seed < 0 else seed,
         )
