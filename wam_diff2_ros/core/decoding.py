@@ -31,6 +31,7 @@ import torch
 from .deadline import Clock, DeadlineBudget, blocks_to_share, forced_transfers
 from .engines import Runners
 from .model import BlockDiffusionBackbone
+from .sampling import RowSampling, SamplingParams
 from .timing import StageTiming
 from .tokens import EOS_TOKEN_ID, MASK_TOKEN_ID
 
@@ -189,6 +190,7 @@ def block_diffusion_decode(
     clock: Clock | None = None,
     expected_blocks: int | None = None,
     runners: Runners | None = None,
+    row_temperatures: tuple[float, ...] | None = None,
 ) -> DecodeOutput:
     """Decode a (padded) prompt batch with block diffusion; see the module docstring.
 
@@ -206,6 +208,10 @@ def block_diffusion_decode(
     (e.g. how many blocks the previous answer took) is how many blocks the time is shared among; default: every
     block up to `max_new_tokens`. Reading the clock is host-side: no device read is added. Without a deadline
     the clock is not read.
+
+    `row_temperatures` (candidate batches, core/candidates.py): a one-prompt batch is prefilled once, its cache
+    broadcast to one row per temperature, and each row sampled at its own temperature (`sampling.RowSampling`;
+    top-k / top-p and the seed from `config`); a row at 0 gives the prompt's greedy answer.
     """
     sync = synchronize or (lambda: None)
     mark = observe or (lambda phase: None)
@@ -236,6 +242,15 @@ def block_diffusion_decode(
     capacity = prompt_len + num_blocks * block_size
     mark("prefill")
     vision_s = runner.prefill(input_ids, prompt_mask, prompt_positions, pixel_values, image_grid_thw, capacity=capacity)
+    sampling: SamplingParams = config
+    if row_temperatures is not None:  # candidate rows: the one prefilled prompt broadcast to every row
+        if batch != 1:
+            raise ValueError(f"row_temperatures need a one-prompt batch, got {batch} prompts")
+        batch = len(row_temperatures)
+        runner.expand(batch, prompt_len)
+        full_mask = full_mask.expand(batch, -1, -1, -1)
+        rope_deltas = rope_deltas.expand(batch, -1)
+        sampling = RowSampling(tuple(float(t) for t in row_temperatures), config.top_k, config.top_p)
     sync()
     prefill_s = time.perf_counter() - started - vision_s
 
@@ -280,7 +295,7 @@ def block_diffusion_decode(
                     budget.end_steps()
                 break
             steps_left = budget.begin_step() if budget is not None else None
-            proposal, confidence = runner.propose(tokens, positions, step_mask, block_start, rows, config, generator)
+            proposal, confidence = runner.propose(tokens, positions, step_mask, block_start, rows, sampling, generator)
             transfer = select_transfers(
                 config.remasking_strategy, masked, confidence, schedule[step], config.confidence_threshold, finished
             )

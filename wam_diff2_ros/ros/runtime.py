@@ -50,7 +50,7 @@ from wam_diff2_ros.core.samples import InputError, InputProblem
 from wam_diff2_ros.core.units import NS_PER_MS
 from wam_diff2_ros.viewer.scene import PlanUpdate
 
-from . import conversions, outputs
+from . import candidate_outputs, conversions, outputs
 from .debug_image import draw_debug_image
 from .params import NodeConfig
 
@@ -315,6 +315,15 @@ class PlannerRuntime:
         cycle.markers = outputs.plan_markers(
             main, main_frame, config.marker_lifetime_s, config.planning.num_waypoints, main_pose
         )
+        if config.planning.candidates > 1:  # every candidate of the batch (ros/candidate_outputs.py)
+            placed = ((cycle.trajectory, main_pose), (cycle.trajectory_fixed if pose is not None else None, pose))
+            for trajectory, trajectory_pose in placed:
+                if trajectory is not None:
+                    candidate_outputs.add_candidates(trajectory, result, self.msgs, trajectory_pose)
+            faint = candidate_outputs.candidate_markers(
+                main, main_frame, config.marker_lifetime_s, config.planning.candidates, main_pose
+            )
+            cycle.markers.markers.extend(faint.markers)
 
     def detect(self, now_ns: int, debug_image: bool | None = None) -> DetectionCycle:
         """Detect on the latest frame of the detection camera (engine errors propagate)."""

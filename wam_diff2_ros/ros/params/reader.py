@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from wam_diff2_ros.core.acceleration import ACCELERATION_SOURCES, AccelerationFilterConfig
+from wam_diff2_ros.core.candidates import MAX_CANDIDATES
 from wam_diff2_ros.core.decoding import ENGINES, REMASKING_STRATEGIES, DecodeConfig, DecodeConfigError
 from wam_diff2_ros.core.device_preprocess import PREPROCESS_MODES
 from wam_diff2_ros.core.kinematics import DEFAULT_KINEMATIC_LIMITS, KinematicLimits
@@ -130,8 +131,8 @@ class _Reader:
         self.fail(name, f"expected true or false, got {value!r}")
         return bool(SPEC_BY_NAME[name].default)
 
-    def integer(self, name: str, minimum: int | None = None) -> int:
-        self.rules.setdefault(name, ParameterRule("integer", minimum=minimum))
+    def integer(self, name: str, minimum: int | None = None, maximum: int | None = None) -> int:
+        self.rules.setdefault(name, ParameterRule("integer", minimum=minimum, maximum=maximum))
         value = self.values[name]
         if isinstance(value, bool) or not isinstance(value, int):
             if isinstance(value, float) and value.is_integer():
@@ -141,6 +142,8 @@ class _Reader:
                 return int(SPEC_BY_NAME[name].default)
         if minimum is not None and value < minimum:
             self.fail(name, f"must be >= {minimum}, got {value}")
+        if maximum is not None and value > maximum:
+            self.fail(name, f"must be <= {maximum}, got {value}")
         return int(value)
 
     def number(
@@ -333,6 +336,8 @@ class _Reader:
                 detection_categories=categories,
                 detection_max_new_tokens=self.integer("detection.max_new_tokens", 1),
                 vqa_max_new_tokens=self.integer("vqa.max_new_tokens", 1),
+                candidates=self.integer("planning.candidates", 1, MAX_CANDIDATES),
+                candidate_temperature=self.number("planning.candidate_temperature", minimum=0.0),
             )
         except (ValueError, DecodeConfigError) as exc:
             self.fail_section("planning/detection", str(exc), before)
