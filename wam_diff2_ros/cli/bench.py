@@ -3,8 +3,9 @@
 `wam-diff2-bench [flags]` compares engines on the benchmark's workload (`wam_diff2_ros.bench.runs`);
 `wam-diff2-bench SUBCOMMAND [flags]` runs one of the other measurements (`SUBCOMMANDS`; `--help` after a
 subcommand lists its flags); `--end-to-end` and `--preprocessing` are spellings of the `end-to-end` and
-`preprocess-device` subcommands. Flags are kebab-case; the underscore spellings of earlier releases are still
-accepted (hidden aliases). Decoding flags left out take `DecodeConfig`'s defaults.
+`preprocess-device` subcommands, and `--candidates N` runs the `candidates` subcommand. Flags are kebab-case; the
+underscore spellings of earlier releases are still accepted (hidden aliases). Decoding flags left out take
+`DecodeConfig`'s defaults.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ SUBCOMMANDS = {
     "preprocess-device": "preprocessing",  # host vs device preprocessing: pixel values, host time per frame
     "conversions": "conversions_bench",  # image message conversions per encoding (needs rclpy)
     "rows": "gpu_rows",  # exact / fast / fused side by side from one scripts/bench_gpu.sh run
+    "candidates": "candidates_bench",  # candidate plans: one batch vs one decode after another, per N
 }
 #: flags of the plain command that run a subcommand instead (the spellings the documents use)
 FLAG_SUBCOMMANDS = {"--end-to-end": "end-to-end", "--preprocessing": "preprocess-device"}
@@ -47,6 +49,8 @@ def _subcommand(argv: list[str]) -> tuple[str, list[str]] | None:
     for flag, name in FLAG_SUBCOMMANDS.items():
         if flag in argv:
             return name, [a for a in argv if a != flag]
+    if any(a == "--candidates" or a.startswith("--candidates=") for a in argv):  # the flag is the subcommand's own
+        return "candidates", argv
     return None
 
 

@@ -68,6 +68,14 @@ def markdown(report: Mapping[str, Any]) -> str:
         lines += _table(
             ["speed", *METRIC_HEADER], [[band, *_metric_cells(m)] for band, m in pooled["by_speed"].items()]
         )
+    picked = pooled.get("candidates") or {}
+    if picked.get("candidates", 1) > 1:
+        lines += [
+            f"Candidates: {picked['candidates']} per plan; score (confidence) vs ADE 4 s Spearman "
+            f"{_num(picked.get('score_spearman_vs_ade_4s'))} over {picked.get('scored_plans', 0)} plans; greedy "
+            f"rejected and a sampled candidate published {picked.get('greedy_rejected_sampled_published', 0)}x.",
+            "",
+        ]
     if pooled.get("invalid_reasons"):
         lines += ["Invalid plans by reason: " + "; ".join(f"{r} ({n}x)" for r, n in pooled["invalid_reasons"].items())]
         lines += [""]
