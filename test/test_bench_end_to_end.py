@@ -11,7 +11,7 @@ pytest.importorskip("rclpy", reason="rclpy is not importable (install the PyPI R
 from wam_diff2_ros.bench.end_to_end import DYNAMIC, STAGES, forced_steps
 from wam_diff2_ros.bench.preprocessing import compare
 from wam_diff2_ros.cli.bench import main
-from wam_diff2_ros.core.decoding import DecodeConfig
+from wam_diff2_ros.core.engine.decoding import DecodeConfig
 
 
 def test_forced_steps_use_the_static_schedule_for_whole_blocks() -> None:

@@ -17,7 +17,7 @@ from wam_diff2_ros.core.candidates import (
     candidate_seed,
     choose,
 )
-from wam_diff2_ros.core.decoding import DecodeConfig
+from wam_diff2_ros.core.engine.decoding import DecodeConfig
 from wam_diff2_ros.core.observation import Observation
 from wam_diff2_ros.core.planning import InferencePipeline, PlanningConfig
 from wam_diff2_ros.core.prompts import NavigationCommand

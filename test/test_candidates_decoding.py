@@ -14,11 +14,11 @@ import torch
 from core_helpers import noise_image, tiny_checkpoint
 
 from wam_diff2_ros.core.checkpoint import inspect_checkpoint, load_model, load_processor
-from wam_diff2_ros.core.decoding import DecodeConfig, block_diffusion_decode
-from wam_diff2_ros.core.fast_decoding import CudaGraphSteps, FastRunner
+from wam_diff2_ros.core.engine.decoding import DecodeConfig, block_diffusion_decode
+from wam_diff2_ros.core.engine.fast import CudaGraphSteps, FastRunner
+from wam_diff2_ros.core.engine.sampling import RowSampling, draw_uniform, sample_batch, sample_tokens
 from wam_diff2_ros.core.model import BlockDiffusionBackbone
 from wam_diff2_ros.core.prompts import build_messages
-from wam_diff2_ros.core.sampling import RowSampling, draw_uniform, sample_batch, sample_tokens
 
 pytestmark = pytest.mark.core
 

@@ -22,11 +22,12 @@ import pytest
 import torch
 from core_helpers import can_build_row_kernel
 
-from wam_diff2_ros.core import cpu_kernels
-from wam_diff2_ros.core.cpu_kernels import (
+from wam_diff2_ros.core.engine import cpu_kernels
+from wam_diff2_ros.core.engine.cpu_kernels import (
     Chunking,
     ExactLinears,
     ExactRowLogits,
+    KernelLinear,
     candidate_chunkings,
     kernel_isa,
     kernel_paths,
@@ -165,10 +166,11 @@ def test_the_probe_finds_the_chunking_a_stock_layer_uses(chunking):
     module = EmulatedLinear(96, 30, chunking)
     with torch.no_grad():
         module.weight.copy_(head.weight[:30])
-    with ExactLinears([module]).installed((1, 8)):
-        assert "forward" in vars(module)
-        routed = module(hidden)
-    assert torch.equal(routed, module(hidden))
+    holder = torch.nn.Sequential(module)
+    with ExactLinears(holder).installed((1, 8)) as routed_layers:
+        assert routed_layers == {holder[0]}
+        routed = holder[0](hidden)
+    assert torch.equal(routed, module(hidden)) and torch.equal(holder[0](hidden), module(hidden))
 
 
 @pytest.mark.parametrize("threads", THREADS)
@@ -239,9 +241,10 @@ def test_a_layer_no_chunking_reproduces_falls_back(monkeypatch):
     assert ExactRowLogits(head)(torch.randn(4, 512), (1, 4)) is None
     module = OtherSums(512, 64, bias=False)
     block = torch.randn(1, 4, 512)
-    with ExactLinears([module]).installed((1, 4)):
-        assert "forward" not in vars(module)
-        assert torch.equal(module(block), torch.nn.functional.linear(block.double(), module.weight.double()).float())
+    holder = torch.nn.Sequential(module)
+    with ExactLinears(holder).installed((1, 4)) as routed:
+        assert not routed
+        assert torch.equal(holder[0](block), torch.nn.functional.linear(block.double(), module.weight.double()).float())
     assert all(path.startswith("fallback") for path in kernel_paths().values()) and len(kernel_paths()) == 2
 
 
@@ -268,14 +271,17 @@ def test_block_linears_are_the_stock_bits_while_installed(outs, width, block_sha
         module = _linear(outs, width, seed=outs)
         hidden = torch.randn(*block_shape, width, generator=torch.Generator().manual_seed(width)) * 2
         stock = module(hidden)
-        with ExactLinears([module]).installed(block_shape):
-            routed = "forward" in vars(module)
-            inside = module(hidden)
+        holder = torch.nn.Sequential(module)
+        with ExactLinears(holder).installed(block_shape) as routed_layers:
+            routed = holder[0] in routed_layers
+            inside = holder[0](hidden)
             other = torch.randn(5, width)  # not a block's rows: the stock forward
-            assert torch.equal(module(other), torch.nn.functional.linear(other, module.weight))
+            assert torch.equal(holder[0](other), torch.nn.functional.linear(other, module.weight))
+        assert cpu_kernels._BLOCK_ROUTE.get() is None  # routed only inside
+        assert isinstance(holder[0], KernelLinear) and holder[0].weight is module.weight
+        assert holder.state_dict().keys() == {"0.weight"}
     finally:
         torch.set_num_threads(previous)
-    assert "forward" not in vars(module)  # restored
     assert torch.equal(inside, stock)
     if can_build_row_kernel(ISA):
         (path,) = kernel_paths().values()
@@ -285,10 +291,11 @@ def test_block_linears_are_the_stock_bits_while_installed(outs, width, block_sha
 def test_installed_linears_leave_what_they_do_not_cover_alone():
     with_bias = torch.nn.Linear(16, 8)
     half = torch.nn.Linear(16, 8, bias=False).to(torch.bfloat16)
-    linears = ExactLinears([with_bias, half, torch.nn.ReLU()])
-    with linears.installed((1, 4)):
-        assert "forward" not in vars(with_bias) and "forward" not in vars(half)
-    assert [type(m) for m in linears.modules] == [torch.nn.Linear, torch.nn.Linear]
+    holder = torch.nn.Sequential(with_bias, half, torch.nn.ReLU())
+    linears = ExactLinears(holder)
+    with linears.installed((1, 4)) as routed:
+        assert not routed
+    assert linears.modules == [] and list(holder) == [with_bias, half, holder[2]]
 
 
 @needs_kernel
@@ -319,8 +326,8 @@ def test_a_kernel_build_that_fails_leaves_the_stock_layers(monkeypatch, tmp_path
     head = _linear(100, 16, seed=0)
     assert ExactRowLogits(head, isa="BROKEN")(torch.randn(2, 16), (1, 2)) is None
     module = _linear(8, 16, seed=1)
-    with ExactLinears([module], isa="BROKEN").installed((1, 2)):
-        assert "forward" not in vars(module)
+    with ExactLinears(torch.nn.Sequential(module), isa="BROKEN").installed((1, 2)) as routed:
+        assert not routed
 
 
 def test_a_build_killed_earlier_does_not_block_the_next_one(monkeypatch, tmp_path, caplog):

@@ -10,8 +10,8 @@ from core_helpers import noise_image, tiny_checkpoint
 
 from wam_diff2_ros.bench.host_reads import count_host_reads
 from wam_diff2_ros.core.checkpoint import inspect_checkpoint, load_model, load_processor
-from wam_diff2_ros.core.deadline import DeadlineBudget, blocks_to_share, forced_transfers
-from wam_diff2_ros.core.decoding import DecodeConfig, DecodeConfigError, block_diffusion_decode
+from wam_diff2_ros.core.engine.deadline import DeadlineBudget, blocks_to_share, forced_transfers
+from wam_diff2_ros.core.engine.decoding import DecodeConfig, DecodeConfigError, block_diffusion_decode
 from wam_diff2_ros.core.model import BlockDiffusionBackbone
 from wam_diff2_ros.core.prompts import build_messages
 

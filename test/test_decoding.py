@@ -19,7 +19,7 @@ import torch
 from core_helpers import noise_image, tiny_checkpoint
 
 from wam_diff2_ros.core.checkpoint import inspect_checkpoint, load_model, load_processor
-from wam_diff2_ros.core.decoding import (
+from wam_diff2_ros.core.engine.decoding import (
     EOS_TOKEN_ID,
     MASK_TOKEN_ID,
     DecodeConfig,
@@ -28,9 +28,9 @@ from wam_diff2_ros.core.decoding import (
     select_transfers,
     transfer_schedule,
 )
+from wam_diff2_ros.core.engine.sampling import first_max_index, sample_tokens
 from wam_diff2_ros.core.model import BlockDiffusionBackbone
 from wam_diff2_ros.core.prompts import build_messages
-from wam_diff2_ros.core.sampling import first_max_index, sample_tokens
 
 pytestmark = pytest.mark.core
 

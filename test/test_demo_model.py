@@ -21,10 +21,10 @@ from core_helpers import patient
 
 from wam_diff2_ros.core.cache import CACHE_ENV
 from wam_diff2_ros.core.checkpoint import inspect_checkpoint
-from wam_diff2_ros.core.decoding import DecodeConfig, _block_causal_mask
 from wam_diff2_ros.core.engine import Engine
+from wam_diff2_ros.core.engine.decoding import DecodeConfig, _block_causal_mask
+from wam_diff2_ros.core.image_preprocess import preprocess_image
 from wam_diff2_ros.core.parsing import parse_waypoints
-from wam_diff2_ros.core.processor import preprocess_image
 from wam_diff2_ros.core.prompts import PLANNING_TEMPLATES, build_messages, build_planning_prompt
 from wam_diff2_ros.demo import expand as demo
 from wam_diff2_ros.demo import train as train_demo

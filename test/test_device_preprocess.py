@@ -9,7 +9,6 @@ from core_helpers import noise_image, tiny_checkpoint
 from PIL import Image
 
 from wam_diff2_ros.core import processor
-from wam_diff2_ros.core.decoding import DecodeConfig
 from wam_diff2_ros.core.device_preprocess import (
     DEFAULT_PREPROCESS,
     PREPROCESS_MODES,
@@ -18,6 +17,7 @@ from wam_diff2_ros.core.device_preprocess import (
     resize_bicubic_pil,
 )
 from wam_diff2_ros.core.engine import Engine
+from wam_diff2_ros.core.engine.decoding import DecodeConfig
 
 pytestmark = pytest.mark.core
 

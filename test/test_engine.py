@@ -7,9 +7,9 @@ import threading
 import pytest
 from core_helpers import noise_image, tiny_checkpoint
 
-from wam_diff2_ros.core.decoding import DecodeCancelledError, DecodeConfig
 from wam_diff2_ros.core.engine import Engine
-from wam_diff2_ros.core.processor import ImageInputError
+from wam_diff2_ros.core.engine.decoding import DecodeCancelledError, DecodeConfig
+from wam_diff2_ros.core.image_preprocess import ImageInputError
 from wam_diff2_ros.core.prompts import build_planning_prompt
 
 pytestmark = pytest.mark.core

@@ -16,25 +16,25 @@ import torch
 from core_helpers import can_build_row_kernel, noise_image, tiny_checkpoint
 
 from wam_diff2_ros.bench.host_reads import count_host_reads
-from wam_diff2_ros.core import cpu_kernels
 from wam_diff2_ros.core.checkpoint import inspect_checkpoint, load_model, load_processor
-from wam_diff2_ros.core.decoding import (
+from wam_diff2_ros.core.engine import cpu_kernels
+from wam_diff2_ros.core.engine.decoding import (
     DecodeCancelledError,
     DecodeConfig,
     DecodeConfigError,
     block_diffusion_decode,
     select_transfers,
 )
-from wam_diff2_ros.core.engines import Runners, describe_engine, resolve_engine
-from wam_diff2_ros.core.fast_decoding import (
+from wam_diff2_ros.core.engine.fast import (
     CudaGraphSteps,
     FastRunner,
     StaticKVCache,
     capacity_bucket,
 )
+from wam_diff2_ros.core.engine.runners import ALL_ROWS, AllRows, ExactRunner
+from wam_diff2_ros.core.engine.selection import Runners, describe_engine, resolve_engine
 from wam_diff2_ros.core.model import BlockDiffusionBackbone
 from wam_diff2_ros.core.prompts import build_messages
-from wam_diff2_ros.core.runner import ALL_ROWS, AllRows, ExactRunner
 
 pytestmark = pytest.mark.core
 
@@ -122,9 +122,7 @@ def test_engine_choice_is_described_for_the_logs():
     assert describe_engine("auto", cuda, torch.float16).startswith("exact (auto: the fast engine was never shown")
     assert describe_engine("exact", cuda, torch.bfloat16) == "exact (decoding.engine: exact)"
     assert describe_engine("fast", cpu, torch.bfloat16) == "fast (decoding.engine: fast)"
-    assert describe_engine("fast", cuda, torch.bfloat16, torch_compile=True) == (
-        "fused (decoding.engine: fast, torch_compile)"  # the fused engine's earlier spelling
-    )
+    assert describe_engine("fused", cuda, torch.bfloat16) == "fused (decoding.engine: fused)"
     assert resolve_engine("fused", cpu, torch.float32) == "fused"
 
 
@@ -149,7 +147,7 @@ def test_auto_picks_the_fused_engine_only_where_the_yardstick_admitted_it(tmp_pa
 
 def test_the_admission_verdict_lives_in_the_users_cache(tmp_path, monkeypatch):
     from wam_diff2_ros.core.cache import CACHE_ENV
-    from wam_diff2_ros.core.engines import admission_path
+    from wam_diff2_ros.core.engine.selection import admission_path
 
     monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
     assert admission_path() == tmp_path / "cache" / "engine_admission.json"
@@ -168,7 +166,7 @@ def test_runners_are_chosen_in_one_place_and_keep_their_state_off_the_backbone(t
     assert runners.select("auto") is fast and runners.select("fast") is fast  # CPU float32: auto is fast
     assert isinstance(runners.select("exact"), ExactRunner)
     fused = runners.select("fused")
-    assert fused is not fast and runners.select("fast", torch_compile=True) is fused and fused.fused
+    assert fused is not fast and runners.select("fused") is fused and fused.fused
     before = dict(vars(backbone))
     inputs = processor(conversations[:1], padding_side="left")
     config = DecodeConfig(max_new_tokens=8, block_size=8, engine="fast")
@@ -266,7 +264,7 @@ GRID = [
 
 def test_fast_engine_runs_the_cpu_kernels_and_gives_the_same_tokens_without_them(tiny, monkeypatch):
     """On CPU the output layer runs on the masked rows and the text layers' projections on the block through
-    core/cpu_kernels.py; where those kernels are unavailable (cannot be built, no chunking matches) every row
+    core/engine/cpu_kernels.py; where those kernels are unavailable (cannot be built, no chunking matches) every row
     goes through the stock modules: the same tokens either way."""
     backbone, processor, conversations = tiny
     inputs = inputs_for(processor, conversations, "left")

@@ -13,10 +13,10 @@ from core_helpers import tiny_checkpoint
 from test_fast_decoding import GRID, inputs_for, tiny_conversations
 
 from wam_diff2_ros.bench.host_reads import count_host_reads
-from wam_diff2_ros.core import triton_kernels
 from wam_diff2_ros.core.checkpoint import inspect_checkpoint, load_model, load_processor
-from wam_diff2_ros.core.decoding import DecodeConfig, block_diffusion_decode
-from wam_diff2_ros.core.engines import Runners
+from wam_diff2_ros.core.engine import triton_kernels
+from wam_diff2_ros.core.engine.decoding import DecodeConfig, block_diffusion_decode
+from wam_diff2_ros.core.engine.selection import Runners
 from wam_diff2_ros.core.model import BlockDiffusionBackbone
 
 pytestmark = [

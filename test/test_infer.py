@@ -173,15 +173,15 @@ def test_data_parallel_ranks_merge_in_input_order(eval_dir):
 
 
 def test_flags_stay_the_references_and_defaults_come_from_the_core():
-    from wam_diff2_ros.core.decoding import REMASKING_STRATEGIES, DecodeConfig
-    from wam_diff2_ros.core.processor import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS
+    from wam_diff2_ros.core.engine.decoding import REMASKING_STRATEGIES, DecodeConfig
+    from wam_diff2_ros.core.image_preprocess import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS
 
     parser = infer.build_parser()
     flags = {s for action in parser._actions for s in action.option_strings}
     assert flags == {
         "-h", "--help", "--model_id", "--input_file", "--output_file", "--max_new_tokens", "--block_size",
         "--denoising_steps", "--temperature", "--top_k", "--top_p", "--remasking_strategy",
-        "--confidence_threshold", "--engine", "--no_cuda_graphs", "--torch_compile", "--deadline_ms", "--min_pixels",
+        "--confidence_threshold", "--engine", "--no_cuda_graphs", "--deadline_ms", "--min_pixels",
         "--max_pixels",
         "--device", "--dtype", "--seed", "--resume", "--batch_size", "--padding_side", "--save_every", "--no_progress",
     }  # fmt: skip
@@ -193,7 +193,7 @@ def test_flags_stay_the_references_and_defaults_come_from_the_core():
         d.temperature, d.top_k, d.top_p, d.confidence_threshold,
     )  # fmt: skip
     assert (args.remasking_strategy, args.engine, args.no_cuda_graphs) == (d.remasking_strategy, d.engine, False)
-    assert args.torch_compile == d.torch_compile and args.deadline_ms == d.deadline_ms
+    assert args.deadline_ms == d.deadline_ms
     assert (args.min_pixels, args.max_pixels) == (DEFAULT_MIN_PIXELS, DEFAULT_MAX_PIXELS)
     choices = next(a.choices for a in parser._actions if "--remasking_strategy" in a.option_strings)
     assert tuple(choices) == REMASKING_STRATEGIES

@@ -2,9 +2,9 @@
 
 core ← demo (model fixtures), viewer (live view) ← ros ← bag ← sim / replay / bench / infer ← demo.train ← cli
 (interfaces stands alone): a module may import only from its own layer and the layers its row in :data:`ALLOWED`
-names, also inside functions; core, demo and viewer never import ROS; module-level imports between the package's
-modules form no cycle; the tests marked ``core`` (run again on the ROS-free transformers 4.57.3 environment by
-``scripts/test.sh``) import nothing that needs ROS.
+names, also inside functions; core, demo and viewer never import ROS; the imports between the package's modules,
+at module level, inside functions and under ``TYPE_CHECKING`` alike, form no cycle; the tests marked ``core`` (run
+again on the ROS-free transformers 4.57.3 environment by ``scripts/test.sh``) import nothing that needs ROS.
 """
 
 from __future__ import annotations
@@ -120,12 +120,19 @@ def test_no_upward_import() -> None:
     assert not problems, "upward imports:\n" + "\n".join(problems)
 
 
-def module_graph() -> dict[str, set[str]]:
+def module_graph(module_level_only: bool = False) -> dict[str, set[str]]:
+    """Per module of the package the package's modules it imports (by default every import: inside functions and
+    under ``TYPE_CHECKING`` too)."""
     graph: dict[str, set[str]] = {}
     for path in SOURCES:
-        edges = {name for name, _ in imports(path, module_level_only=True) if is_package_module(name)}
+        edges = {name for name, _ in imports(path, module_level_only) if is_package_module(name)}
         graph[module_name(path)] = edges
     return graph
+
+
+#: cycles that another change removes (each as the set of its modules); a cycle within one is not reported.
+#: TODO: the ros/params rework (a one-way chain specs <- reader <- cameras <- config) removes this one; then delete it.
+KNOWN_CYCLES = [{f"{ROOT}.ros.params.cameras", f"{ROOT}.ros.params.config", f"{ROOT}.ros.params.reader"}]
 
 
 def test_no_import_cycle() -> None:
@@ -140,7 +147,9 @@ def test_no_import_cycle() -> None:
             if nxt.startswith(node + ".") or node.startswith(nxt + "."):
                 continue
             if state.get(nxt) == 1:
-                cycles.append(" -> ".join([*stack[stack.index(nxt) :], nxt]) if nxt in stack else f"{node} -> {nxt}")
+                cycle = [*stack[stack.index(nxt) :], nxt] if nxt in stack else [node, nxt]
+                if not any(set(cycle) <= known for known in KNOWN_CYCLES):
+                    cycles.append(" -> ".join(cycle))
             elif nxt not in state:
                 visit(nxt, [*stack, nxt])
         state[node] = 2
@@ -148,7 +157,7 @@ def test_no_import_cycle() -> None:
     for node in sorted(graph):
         if node not in state:
             visit(node, [node])
-    assert not cycles, "module-level import cycles:\n" + "\n".join(cycles)
+    assert not cycles, "import cycles:\n" + "\n".join(cycles)
 
 
 def core_test_files() -> list[Path]:
@@ -166,7 +175,7 @@ def test_core_tests_need_no_ros() -> None:
     """What a core-marked test imports at module level, followed through the package, never reaches ROS."""
     files = core_test_files()
     assert len(files) >= 8, [p.name for p in files]
-    graph = module_graph()
+    graph = module_graph(module_level_only=True)
     ros_direct = {
         module_name(p): sorted({n for n, _ in imports(p, module_level_only=True) if is_ros(n)}) for p in SOURCES
     }

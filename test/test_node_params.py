@@ -38,7 +38,7 @@ def test_defaults_are_the_core_configs_defaults() -> None:
     import dataclasses
 
     from wam_diff2_ros.core.acceleration import AccelerationFilterConfig
-    from wam_diff2_ros.core.decoding import DecodeConfig
+    from wam_diff2_ros.core.engine.decoding import DecodeConfig
     from wam_diff2_ros.core.observation import SyncConfig
     from wam_diff2_ros.core.planning import PlanningConfig
 

@@ -10,7 +10,8 @@ import pytest
 from node_helpers import DETECTION_BOXES, ScriptedEngine, scripted_plan, tiny_checkpoint
 
 from wam_diff2_ros.core.camera import CameraFrame, CameraIntrinsics
-from wam_diff2_ros.core.decoding import DecodeConfig
+from wam_diff2_ros.core.engine.decoding import DecodeConfig
+from wam_diff2_ros.core.image_preprocess import ImageInputError
 from wam_diff2_ros.core.observation import Observation
 from wam_diff2_ros.core.planning import (
     InferencePipeline,
@@ -18,7 +19,6 @@ from wam_diff2_ros.core.planning import (
     PlanningInputError,
     StageTiming,
 )
-from wam_diff2_ros.core.processor import ImageInputError
 from wam_diff2_ros.core.prompts import NavigationCommand
 
 STAMP = 1_700_000_000_000_000_000

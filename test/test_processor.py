@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from PIL import Image
 
 from wam_diff2_ros.core.checkpoint import inspect_checkpoint, load_processor
-from wam_diff2_ros.core.processor import (
+from wam_diff2_ros.core.image_preprocess import (
     ImageInputError,
     ImageProcessorConfig,
     cut_patches,

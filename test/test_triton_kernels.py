@@ -1,4 +1,4 @@
-"""The Triton kernels (core/triton_kernels.py) against the eager formulas, on CPU under the Triton interpreter.
+"""The Triton kernels (core/engine/triton_kernels.py) against the eager formulas, on CPU under the Triton interpreter.
 
 Tier 1 (the fast engine's): bit-equality with eager PyTorch in float32 and bfloat16. Tier 2 (the fused engine's):
 within stated tolerances. Small shapes keep the interpreter quick. Skipped where Triton is not installed.
@@ -13,7 +13,8 @@ import pytest
 import torch
 
 os.environ.setdefault("TRITON_INTERPRET", "1")  # before the kernels are first compiled (decorated)
-from wam_diff2_ros.core import fused_ops, triton_kernels
+from wam_diff2_ros.core.engine import fused as fused_ops
+from wam_diff2_ros.core.engine import triton_kernels
 
 pytestmark = [
     pytest.mark.core,
@@ -140,7 +141,7 @@ def test_engines_route_their_steps_through_the_kernels(tiny_backbone, monkeypatc
     tokens: the exact engine's on this model), the fused engine the split-KV attention and fused argmax."""
     from core_helpers import noise_image
 
-    from wam_diff2_ros.core.decoding import DecodeConfig, block_diffusion_decode
+    from wam_diff2_ros.core.engine.decoding import DecodeConfig, block_diffusion_decode
     from wam_diff2_ros.core.prompts import build_messages
 
     backbone, processor = tiny_backbone

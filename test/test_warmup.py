@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from core_helpers import tiny_checkpoint
 
-from wam_diff2_ros.core.cpu_kernels import kernel_isa, load_kernel
 from wam_diff2_ros.core.engine import Engine
-from wam_diff2_ros.core.fast_decoding import capacity_bucket
+from wam_diff2_ros.core.engine.cpu_kernels import kernel_isa, load_kernel
+from wam_diff2_ros.core.engine.fast import capacity_bucket
 from wam_diff2_ros.core.prompts import build_planning_prompt
 from wam_diff2_ros.ros.diagnostics import NodeHealth
 from wam_diff2_ros.ros.model_slot import ModelSlot

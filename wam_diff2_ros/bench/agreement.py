@@ -125,8 +125,8 @@ def verdict(candidate: dict[str, Any], reference: dict[str, Any]) -> list[str]:
 
 def measure_model(model: str, args: argparse.Namespace, prompts: list[dict[str, Any]]) -> dict[str, Any]:
     """Every engine's figures on one model."""
-    from wam_diff2_ros.core.decoding import DecodeConfig
     from wam_diff2_ros.core.engine import Engine
+    from wam_diff2_ros.core.engine.decoding import DecodeConfig
     from wam_diff2_ros.demo import resolve_model
 
     chats = [[conversation(p)] for p in prompts]
@@ -201,7 +201,7 @@ def print_report(report: dict[str, Any]) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The subcommand's flags."""
-    from wam_diff2_ros.core.decoding import ENGINES
+    from wam_diff2_ros.core.engine.decoding import ENGINES
 
     parser = argparse.ArgumentParser(prog="wam-diff2-bench agreement", description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -236,7 +236,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json:
         args.json.write_text(text, encoding="utf-8")
     if args.admit:
-        from wam_diff2_ros.core.engines import admission_path
+        from wam_diff2_ros.core.engine.selection import admission_path
 
         path = admission_path()
         path.parent.mkdir(parents=True, exist_ok=True)

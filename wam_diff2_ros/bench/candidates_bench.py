@@ -30,7 +30,7 @@ from wam_diff2_ros.core.candidates import (
     row_temperatures,
     sequential_candidates,
 )
-from wam_diff2_ros.core.decoding import DecodeConfig
+from wam_diff2_ros.core.engine.decoding import DecodeConfig
 
 PROMPT = (
     "Here is a front-view images from a driving vehicle: <image>\nThe navigation information is: straight\n"

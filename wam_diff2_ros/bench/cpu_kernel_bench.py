@@ -1,4 +1,4 @@
-"""The fast engine's CPU kernels (core/cpu_kernels.py) against the stock modules (MKL), with a bit check.
+"""The fast engine's CPU kernels (core/engine/cpu_kernels.py) against the stock modules (MKL), with a bit check.
 
 Random float32 weights. Output layer [vocab, width]: per row count, the median milliseconds of the kernel on
 that many rows of a 1 x 32 block and of `lm_head` on the same rows, and whether every logit has the bits
@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import torch
 
 from wam_diff2_ros.bench.timing import host_ms
-from wam_diff2_ros.core.cpu_kernels import ExactLinears, ExactRowLogits
+from wam_diff2_ros.core.engine.cpu_kernels import ExactLinears, ExactRowLogits
 
 PROJECTIONS = ((2048, 2048), (1024, 2048), (6144, 2048), (2048, 6144))  # (out, in): q/o, k/v, gate/up, down
 
@@ -53,13 +53,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                     f"({mkl / kernel:4.1f}x), same bits {same}"
                 )
     for outs, width in PROJECTIONS if args.projections else ():
-        module = torch.nn.Linear(width, outs, bias=False)
+        holder = torch.nn.Sequential(torch.nn.Linear(width, outs, bias=False))
+        linears = ExactLinears(holder)
+        module = holder[0]
         block = torch.randn(1, 32, width, generator=torch.Generator().manual_seed(outs))
         with torch.no_grad():
             stock_out = module(block)
             stock = host_ms(lambda module=module, block=block: module(block), args.repeats)[0]
-            with ExactLinears([module]).installed((1, 32)):
-                if "forward" not in vars(module):
+            with linears.installed((1, 32)) as routed:
+                if module not in routed:
                     print(f"{width} -> {outs}: the kernel is unavailable or matches no chunking here")
                     return 1
                 same = torch.equal(module(block), stock_out)

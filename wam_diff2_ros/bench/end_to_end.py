@@ -35,8 +35,8 @@ from typing import Any
 import numpy as np
 
 from wam_diff2_ros.bench.runs import ModelSettings
-from wam_diff2_ros.core.decoding import DecodeConfig
 from wam_diff2_ros.core.device_preprocess import DEFAULT_PREPROCESS
+from wam_diff2_ros.core.engine.decoding import DecodeConfig
 
 DYNAMIC = 0  # steps_per_block value: the configured (dynamic) schedule
 STAGES = (
@@ -388,11 +388,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def settings_from_args(args: argparse.Namespace) -> EndToEndSettings:
     """The settings from parsed flags (the first --engine: one engine, the node's)."""
-    from wam_diff2_ros.bench.runs import FUSED_ALIAS
-
     engine = (args.engine or ["auto"])[0]
-    if engine == FUSED_ALIAS:
-        raise ValueError(f"the end-to-end benchmark runs the node's engines: use 'fused', not {FUSED_ALIAS}")
     model = {f.name: getattr(args, f.name) for f in dataclasses.fields(ModelSettings)}
     return EndToEndSettings(
         **model,

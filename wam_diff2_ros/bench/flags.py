@@ -12,7 +12,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from wam_diff2_ros.bench.runs import ENGINE_CHOICES, FUSED, FUSED_ALIAS, BenchSettings
+from wam_diff2_ros.bench.runs import ENGINE_CHOICES, FUSED, BenchSettings
 
 _DEFAULTS = BenchSettings()
 
@@ -49,7 +49,7 @@ def build_parser(prog: str = "wam-diff2-bench", description: str | None = None) 
         choices=ENGINE_CHOICES,
         default=None,
         help=f"decoding engine; repeat to compare engines on the same inputs (default: auto); {FUSED}: the "
-        f"fast engine with fused step kernels (not bit-identical; {FUSED_ALIAS}: its deprecated name)",
+        f"fast engine with fused step kernels (not bit-identical)",
     )
     _add(parser, "--no-cuda-graphs", action="store_true", help="fast engine on CUDA without graphs")
     _add(parser, "--max-new-tokens", type=int, default=None)

@@ -1,12 +1,12 @@
 """Time the image preprocessing of one camera frame (host side), median and best of N, in one process.
 
     OMP_NUM_THREADS=2 wam-diff2-bench preprocess --width 1920 --height 1080 --repeats 15
-    git show REV:wam_diff2_ros/core/processor.py > /tmp/old_processor.py
-    wam-diff2-bench preprocess --previous /tmp/old_processor.py
+    git show REV:wam_diff2_ros/core/image_preprocess.py > /tmp/old_preprocess.py
+    wam-diff2-bench preprocess --previous /tmp/old_preprocess.py
 
 Rows: `host` is what the engine does on the CPU before moving an image to a GPU (resize, cut into uint8
 patches); `host + pixel values` adds building the float32 pixel values on the CPU (what a CPU engine does).
-`--previous FILE` adds the same image through another version of core/processor.py (its `preprocess_image`
+`--previous FILE` adds the same image through another version of core/image_preprocess.py (its `preprocess_image`
 to float32 pixel values), loaded from FILE, for a comparison within one run; the script checks that both
 give the same pixel values, bit for bit.
 """
@@ -42,7 +42,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--width", type=int, default=1920)
     parser.add_argument("--height", type=int, default=1080)
     parser.add_argument("--repeats", type=int, default=15)
-    parser.add_argument("--previous", type=Path, help="another core/processor.py to compare with")
+    parser.add_argument("--previous", type=Path, help="another core/image_preprocess.py to compare with")
     args = parser.parse_args(argv)
     frame = np.random.default_rng(0).integers(0, 256, (args.height, args.width, 3), dtype=np.uint8)
     config = processor.ImageProcessorConfig()

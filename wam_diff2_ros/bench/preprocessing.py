@@ -3,7 +3,7 @@
 For varied frames (sizes: a 16:9 camera, 4:3, one above `max_pixels`, one below `min_pixels`; contents:
 noise, a smooth gradient with an edge, blocks) it compares the pixel values of
 
-* the host path (`core.processor`: PIL resize on the CPU, uint8 patches, pixel values from the table),
+* the host path (`core.image_preprocess`: PIL resize on the CPU, uint8 patches, pixel values from the table),
 * the device path (`core.device_preprocess`, on CUDA where there is one, else on CPU tensors),
 * the reference: the project's qwen-vl-utils resize (PIL bicubic) followed by transformers' Qwen2-VL/Qwen3-VL
   image processor (its rescale, normalisation and patch layout),

@@ -175,7 +175,7 @@ def attention(
     shape: dict[str, int], dim: int, device: torch.device, dtype: torch.dtype, record: Callable[..., None]
 ) -> None:
     """The step's attention over a capacity bucket, per variant (see the module docstring)."""
-    from wam_diff2_ros.core.fused_ops import grouped_attention
+    from wam_diff2_ros.core.engine.fused import grouped_attention
 
     layers, kv_heads = shape["layers"], shape["kv_heads"]
     heads = shape["q"] // dim

@@ -30,8 +30,8 @@ import torch
 from wam_diff2_ros.bench.flags import build_parser, settings_from
 from wam_diff2_ros.bench.runs import engine_config, load_engine, workload
 from wam_diff2_ros.bench.timing import host_ms
-from wam_diff2_ros.core import decoding, fast_decoding
-from wam_diff2_ros.core.cpu_kernels import kernel_paths
+from wam_diff2_ros.core.engine import decoding, fast
+from wam_diff2_ros.core.engine.cpu_kernels import kernel_paths
 from wam_diff2_ros.core.model import BlockDiffusionBackbone
 
 PEAK_SIZE = 2048  # the reference product: PEAK_SIZE³ float32
@@ -80,12 +80,12 @@ def profile(engine: Any, conversations: list, config: Any, plans: int) -> dict[s
         hooks = (
             (BlockDiffusionBackbone, "step_hidden", "layers", lambda args: 2.0 * args[1].numel() * weights),
             (
-                fast_decoding.FastRunner,
+                fast.FastRunner,
                 "row_logits",
                 "output layer",
                 lambda args: 2.0 * args[1].shape[0] * head.numel(),
             ),
-            (fast_decoding, "sample_tokens", "sampling", None),
+            (fast, "sample_tokens", "sampling", None),
             (decoding, "select_transfers", "remasking selection", None),
         )
         for owner, name, label, flops in hooks:

@@ -27,8 +27,8 @@ import torch
 from wam_diff2_ros.bench.flags import build_parser, settings_from
 from wam_diff2_ros.bench.runs import engine_config, load_engine, workload
 from wam_diff2_ros.bench.timing import median_ms
-from wam_diff2_ros.core.decoding import select_transfers
-from wam_diff2_ros.core.sampling import sample_tokens
+from wam_diff2_ros.core.engine.decoding import select_transfers
+from wam_diff2_ros.core.engine.sampling import sample_tokens
 
 KINDS = (  # first match wins; lower-case substrings of kernel names
     ("attention", ("fmha", "flash", "attention", "efficient")),
@@ -216,7 +216,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             engine.generate_conversations(conversations, config)
         results["plan_phases"][name] = phases = profile_plan(engine, conversations, config)
         print_plan(name, phases)
-        fast_runner = engine.runners.select(config.engine, config.cuda_graphs, config.torch_compile)
+        fast_runner = engine.runners.select(config.engine, config.cuda_graphs)
         store = getattr(fast_runner, "graphs", None)
         entries = list(store.graphs.values()) if store else []
         if not entries:

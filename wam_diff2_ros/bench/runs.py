@@ -11,7 +11,6 @@ model rarely stops early: use `--max-new-tokens` to fix the work per call).
 from __future__ import annotations
 
 import statistics
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -20,8 +19,7 @@ from typing import Any
 import numpy as np
 
 FUSED = "fused"  # the fused engine (not bit-identical; admitted by the agreement yardstick)
-FUSED_ALIAS = "fast-compiled"  # its earlier name, still accepted (deprecated: `fused`)
-ENGINE_CHOICES = ("exact", "fast", "auto", FUSED, FUSED_ALIAS)
+ENGINE_CHOICES = ("exact", "fast", "auto", FUSED)
 
 
 @dataclass(frozen=True)
@@ -141,7 +139,7 @@ def counted_run(engine: Any, conversations: list, decode: Any) -> dict[str, floa
         "host_syncs_per_block": reads.by_phase.get("block", 0) / blocks,
         "host_syncs_total": reads.total,
         # fused kernels are no aten ops (and run unfused under the counter): not counted for them
-        "ops_per_step": None if decode.engine == FUSED or decode.torch_compile else ops.get("step", 0) / steps,
+        "ops_per_step": None if decode.engine == FUSED else ops.get("step", 0) / steps,
     }
 
 
@@ -188,7 +186,7 @@ def measure_engine(engine: Any, conversations: list, decode: Any, settings: Benc
 
 def workload(settings: BenchSettings) -> tuple[list, Any]:
     """The benchmark's inputs: `batch` planning conversations on seeded noise frames, and the base decoding."""
-    from wam_diff2_ros.core.decoding import DecodeConfig
+    from wam_diff2_ros.core.engine.decoding import DecodeConfig
     from wam_diff2_ros.core.prompts import build_messages, build_planning_prompt
 
     rng = np.random.default_rng(0)
@@ -237,7 +235,7 @@ def run(settings: BenchSettings) -> dict[str, Any]:
         "torch_threads": __import__("torch").get_num_threads(),
         "engines": {},
     }
-    for name in dict.fromkeys(canonical_engine(n) for n in settings.engine):
+    for name in dict.fromkeys(settings.engine):
         figures["engines"][name] = measure_engine(engine, conversations, engine_config(base, name), settings)
     engines = figures["engines"]
     results = [r for n, r in engines.items() if n != FUSED] or list(engines.values())
@@ -249,23 +247,15 @@ def run(settings: BenchSettings) -> dict[str, Any]:
             exact, other = engines["exact"], engines[name]
             figures[f"{key}speedup"] = exact["total_ms"] / other["total_ms"]
             figures[f"{key}denoise_speedup"] = exact["denoise_ms_per_step"] / other["denoise_ms_per_step"]
-    from wam_diff2_ros.core.cpu_kernels import kernel_loads, kernel_paths
+    from wam_diff2_ros.core.engine.cpu_kernels import kernel_loads, kernel_paths
 
     figures["cpu_kernels"] = {"loads": kernel_loads(), "paths": kernel_paths()}  # which shape ran the kernel
     return figures
 
 
-def canonical_engine(name: str) -> str:
-    """A benchmarked engine's name (`fast-compiled`, the fused engine's earlier name, is `fused`)."""
-    if name == FUSED_ALIAS:
-        print(f"wam-diff2-bench: --engine {FUSED_ALIAS} is now --engine {FUSED}", file=sys.stderr)
-        return FUSED
-    return name
-
-
 def engine_config(base: Any, name: str) -> Any:
     """The decoding config of a benchmarked engine name."""
-    return base.with_overrides(engine=canonical_engine(name))
+    return base.with_overrides(engine=name)
 
 
 def _same_tokens(result: dict[str, Any], other: dict[str, Any]) -> bool:

@@ -13,8 +13,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from wam_diff2_ros.core.decoding import ENGINES, REMASKING_STRATEGIES, DecodeConfig
-from wam_diff2_ros.core.processor import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS
+from wam_diff2_ros.core.engine.decoding import ENGINES, REMASKING_STRATEGIES, DecodeConfig
+from wam_diff2_ros.core.image_preprocess import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS
 from wam_diff2_ros.infer.batch import (
     BatchOptions,
     Shard,
@@ -68,9 +68,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="decoding deadline per batch from its start (ms): fewer denoising steps when needed; 0 = none",
     )
     parser.add_argument("--no_cuda_graphs", action="store_true", help="fast engine on CUDA without CUDA graphs")
-    parser.add_argument(
-        "--torch_compile", action="store_true", help="fast engine: fused step kernels (not bit-identical to exact)"
-    )
     parser.add_argument("--min_pixels", type=int, default=DEFAULT_MIN_PIXELS)
     parser.add_argument("--max_pixels", type=int, default=DEFAULT_MAX_PIXELS)
     parser.add_argument("--device", default="auto", help="auto | cpu | cuda[:N] | npu[:N] (default: auto)")
@@ -95,7 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         samples = load_samples(input_path)
         if args.batch_size < 1 or args.save_every < 1:
             raise UsageError("--batch_size and --save_every must be >= 1")
-        from wam_diff2_ros.core.decoding import DecodeConfigError
+        from wam_diff2_ros.core.engine.decoding import DecodeConfigError
 
         try:
             decode = DecodeConfig(
@@ -110,7 +107,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                 seed=args.seed,
                 engine=args.engine,
                 cuda_graphs=not args.no_cuda_graphs,
-                torch_compile=args.torch_compile,
                 deadline_ms=args.deadline_ms,
             )
         except DecodeConfigError as exc:

@@ -19,8 +19,9 @@ from typing import Any
 
 import torch
 
+from .image_preprocess import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS, ImageProcessorConfig
 from .model import WAM_DIFF2_MODEL_TYPE, qwen3vl_config
-from .processor import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS, ImageProcessorConfig, WamDiff2Processor
+from .processor import WamDiff2Processor
 
 LOG = logging.getLogger(__name__)
 

@@ -1,9 +1,9 @@
 """Image preprocessing as torch operations on the model's device, with the host path's bits.
 
-The host path (`processor.preprocess_image`) resizes with PIL on the CPU, cuts uint8 patches there and moves
+The host path (`image_preprocess.preprocess_image`) resizes with PIL on the CPU, cuts uint8 patches there and moves
 them to the device. This path moves the camera frame itself (HxWx3 uint8 RGB, as the conversions layer gives
 it; one copy through pinned memory, non-blocking on CUDA) and runs the resize and the patch layout on the
-device; the patches then become pixel values there as on the host path (`processor.pixel_values`).
+device; the patches then become pixel values there as on the host path (`image_preprocess.pixel_values`).
 
 The first resize reproduces PIL's bicubic resampling in integer arithmetic, so its result is bit-identical
 to PIL's on every device: PIL's filter weights (bicubic with a = -0.5, widened by the scale when shrinking,
@@ -27,13 +27,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from .processor import (
+from .image_preprocess import (
     ImageInputError,
     ImageProcessorConfig,
     ProcessedImage,
     cut_patches,
     resize_target_processor,
     resize_target_request,
+    to_pil_rgb,
 )
 
 PREPROCESS_MODES = ("host", "device")
@@ -180,11 +181,9 @@ def _second_resize(chw: torch.Tensor, height: int, width: int) -> torch.Tensor:
 def preprocess_image_on_device(
     image: Any, config: ImageProcessorConfig, min_pixels: int, max_pixels: int, device: torch.device
 ) -> ProcessedImage:
-    """`processor.preprocess_image` with the frame moved first and the resize and patch cut on `device`
+    """`image_preprocess.preprocess_image` with the frame moved first and the resize and patch cut on `device`
     (uint8 patches on `device`; the same bits as the host path, see the module docstring)."""
     if not isinstance(image, np.ndarray):  # PIL images and the like: the host path's own conversion
-        from .processor import to_pil_rgb
-
         image = np.asarray(to_pil_rgb(image))
     frame = frame_to_device(image, device)
     if frame.shape[2] == 1:  # mono: the processor's RGB conversion repeats the channel

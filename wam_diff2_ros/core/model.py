@@ -6,7 +6,7 @@ modules are used unchanged; this module maps the checkpoint config onto them, co
 index the way the reference does, and exposes the three forward passes the decoder needs (prefill, a
 denoising step that leaves the KV cache unchanged, a commit that appends a finished block). It papers over
 the API differences between transformers 4.57 and 5.x (cache keyword, output fields). `step_hidden` and
-`output_logits` split a step for the fast engine (core/fast_decoding.py).
+`output_logits` split a step for the fast engine (core/engine/fast.py).
 """
 
 from __future__ import annotations

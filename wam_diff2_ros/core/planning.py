@@ -35,7 +35,8 @@ from .candidates import (
     row_temperatures,
 )
 from .confidence import generation_waypoint_probabilities, plan_confidence, waypoint_confidence
-from .decoding import DecodeConfig
+from .engine.decoding import DecodeConfig
+from .image_preprocess import ImageInputError
 from .observation import Observation
 from .parsing import (
     DEFAULT_KINEMATIC_LIMITS,
@@ -46,7 +47,6 @@ from .parsing import (
     parse_detections,
     parse_waypoints,
 )
-from .processor import ImageInputError
 from .prompts import build_detection_prompt, build_planning_prompt, build_vqa_prompt, resolve_planning_template
 from .timing import StageTiming
 

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from wam_diff2_ros.core.checkpoint import release_device_cache, resolve_device
-from wam_diff2_ros.core.cpu_kernels import kernel_isa, kernel_loads, load_kernel
+from wam_diff2_ros.core.engine.cpu_kernels import kernel_isa, kernel_loads, load_kernel
 from wam_diff2_ros.core.planning import EngineLike, describe_decoding
 from wam_diff2_ros.core.prompts import build_planning_prompt
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from std_msgs.msg import String
 
-from wam_diff2_ros.core.decoding import DecodeCancelledError
+from wam_diff2_ros.core.engine.decoding import DecodeCancelledError
 from wam_diff2_ros.core.samples import InputProblem, clean_reason, problem_kind
 
 from .diagnostics import NodeHealth

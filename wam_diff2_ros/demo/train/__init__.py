@@ -19,7 +19,7 @@ measured longitudinal and lateral acceleration, the command in force, the frame 
 future as the answer, each also mirrored (``left`` ↔ ``right``). ``--init-from`` continues training shipped demo
 files; the shipped model is a base trained on the kinematic samples, continued on both (``scripts/train_demo.sh``).
 
-Objective: masked block diffusion, matching the decoder (:mod:`wam_diff2_ros.core.decoding`) exactly. The
+Objective: masked block diffusion, matching the decoder (:mod:`wam_diff2_ros.core.engine.decoding`) exactly. The
 response (answer tokens, then ``<|im_end|>`` filling the rest of the last block) is cut into blocks of 32.
 One sequence ``[prompt | clean response | noisy response copies]`` carries everything: prompt rows are
 block-causal (blocks of 32 from the prompt start), clean-response rows see the prompt and the clean blocks up

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from wam_diff2_ros.core.decoding import DecodeConfig
+from wam_diff2_ros.core.engine.decoding import DecodeConfig
 from wam_diff2_ros.core.parsing import parse_waypoints
 from wam_diff2_ros.core.prompts import build_planning_prompt
 from wam_diff2_ros.demo.train.config import COMMANDS, MAX_SPEED

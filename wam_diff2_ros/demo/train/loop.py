@@ -17,8 +17,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from wam_diff2_ros.core.decoding import DecodeConfig
-from wam_diff2_ros.core.processor import WamDiff2Processor, preprocess_image
+from wam_diff2_ros.core.engine.decoding import DecodeConfig
+from wam_diff2_ros.core.image_preprocess import preprocess_image
+from wam_diff2_ros.core.processor import WamDiff2Processor
 from wam_diff2_ros.demo import expand as demo_files
 from wam_diff2_ros.demo.train.config import (
     BLOCK_SIZE,

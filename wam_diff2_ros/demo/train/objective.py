@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from wam_diff2_ros.core.image_preprocess import pixel_values
 from wam_diff2_ros.core.model import multimodal_rope_index
-from wam_diff2_ros.core.processor import pixel_values
 from wam_diff2_ros.core.tokens import IMAGE_TOKEN_ID, VISION_START_TOKEN_ID
 from wam_diff2_ros.demo.train.config import BLOCK_SIZE, FULL_VOCAB_SIZE, MASK_ID
 from wam_diff2_ros.demo.train.tokens import demo_image_config

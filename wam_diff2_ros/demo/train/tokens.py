@@ -7,7 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-from wam_diff2_ros.core.processor import IMAGE_PAD_TOKEN, ImageProcessorConfig, WamDiff2Processor
+from wam_diff2_ros.core.image_preprocess import ImageProcessorConfig
+from wam_diff2_ros.core.processor import IMAGE_PAD_TOKEN, WamDiff2Processor
 from wam_diff2_ros.core.prompts import build_messages, build_planning_prompt
 from wam_diff2_ros.demo.tiny import (
     PREPROCESSOR_CONFIG,

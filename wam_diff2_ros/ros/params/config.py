@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from wam_diff2_ros.core.acceleration import AccelerationFilterConfig
-from wam_diff2_ros.core.decoding import DecodeConfig
+from wam_diff2_ros.core.engine.decoding import DecodeConfig
 from wam_diff2_ros.core.observation import SyncConfig
 from wam_diff2_ros.core.planning import PlanningConfig
 

@@ -14,8 +14,8 @@ from typing import Any
 
 from wam_diff2_ros.core.acceleration import ACCELERATION_SOURCES, AccelerationFilterConfig
 from wam_diff2_ros.core.candidates import MAX_CANDIDATES
-from wam_diff2_ros.core.decoding import ENGINES, REMASKING_STRATEGIES, DecodeConfig, DecodeConfigError
 from wam_diff2_ros.core.device_preprocess import PREPROCESS_MODES
+from wam_diff2_ros.core.engine.decoding import ENGINES, REMASKING_STRATEGIES, DecodeConfig, DecodeConfigError
 from wam_diff2_ros.core.kinematics import DEFAULT_KINEMATIC_LIMITS, KinematicLimits
 from wam_diff2_ros.core.observation import SyncConfig
 from wam_diff2_ros.core.planning import PlanningConfig
@@ -221,7 +221,6 @@ class _Reader:
                 confidence_threshold=self.number("decoding.confidence_threshold", positive=True, maximum=1.0),
                 engine=self.text("decoding.engine", ENGINES),
                 cuda_graphs=self.boolean("decoding.cuda_graphs"),
-                torch_compile=self.boolean("decoding.torch_compile"),
                 deadline_ms=self.number("decoding.deadline_ms", minimum=0.0),
                 seed=None if seed < 0 else seed,
             )

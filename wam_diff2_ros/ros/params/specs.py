@@ -10,12 +10,12 @@ from typing import Any
 
 from wam_diff2_ros.core.acceleration import AccelerationFilterConfig
 from wam_diff2_ros.core.candidates import MAX_CANDIDATES
-from wam_diff2_ros.core.decoding import ENGINES, REMASKING_STRATEGIES, DecodeConfig
 from wam_diff2_ros.core.device_preprocess import DEFAULT_PREPROCESS, PREPROCESS_MODES
+from wam_diff2_ros.core.engine.decoding import ENGINES, REMASKING_STRATEGIES, DecodeConfig
+from wam_diff2_ros.core.image_preprocess import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS
 from wam_diff2_ros.core.kinematics import DEFAULT_KINEMATIC_LIMITS
 from wam_diff2_ros.core.observation import SyncConfig
 from wam_diff2_ros.core.planning import PlanningConfig
-from wam_diff2_ros.core.processor import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS
 from wam_diff2_ros.core.prompts import (
     PLANNING_TEMPLATES,
 )
@@ -136,9 +136,6 @@ PARAMETER_SPECS: tuple[ParameterSpec, ...] = (
     ),
     ParameterSpec("decoding.engine", _DECODE.engine, "|".join(ENGINES) + "; auto: see docs/engine.md"),
     ParameterSpec("decoding.cuda_graphs", _DECODE.cuda_graphs, "fast engine on CUDA: replay captured steps"),
-    ParameterSpec(
-        "decoding.torch_compile", _DECODE.torch_compile, "fast engine: fused step kernels (not bit-identical to exact)"
-    ),
     ParameterSpec(
         "decoding.deadline_ms",
         _DECODE.deadline_ms,

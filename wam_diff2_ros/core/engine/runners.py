@@ -3,8 +3,8 @@
 The rules (which proposals are taken, when a block or the decode stops) live in decoding.py and are the same
 for every engine; a runner only executes: fill a cache with the prompt, say which rows of a block still need a
 proposal, propose tokens for them, write a finished block into the cache. `ExactRunner` does it as the
-reference does; `fast_decoding.FastRunner` on a static cache. Which one runs is chosen in one place:
-`engines.Runners.select`.
+reference does; `fast.FastRunner` on a static cache. Which one runs is chosen in one place:
+`selection.Runners.select`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 import torch
 
-from .model import BlockDiffusionBackbone
+from ..model import BlockDiffusionBackbone
 from .sampling import SamplingParams, sample_batch
 
 

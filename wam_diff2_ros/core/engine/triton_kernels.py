@@ -1,8 +1,8 @@
 """Triton kernels for the fast and fused engines' denoising step (optional: `pip install .[gpu-kernels]`).
 
-Two tiers, each a `StepKernels` set that `fused_ops.FusedStepOps` installs around a step's forward:
+Two tiers, each a `StepKernels` set that `fused.FusedStepOps` installs around a step's forward:
 - `EXACT` (tier 1, `DecodeConfig.triton_kernels` on the fast engine): element-wise chains as one kernel each,
-  with eager PyTorch's rounding points (core/triton_impl.py): the RMSNorm's tail after eager's variance
+  with eager PyTorch's rounding points (triton_impl.py): the RMSNorm's tail after eager's variance
   (`rms_norm`), the rotary embedding (`rotary`), the MLP's SiLU gate (`silu_gate`), the residual add (`add`).
   Bit-identical to the eager formulas on CPU under the Triton interpreter (test/test_triton_kernels.py); on a
   GPU the same must still be shown by test_fast_decoding_cuda.py before `auto` may use them.
@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from . import fused_ops
+from . import fused
 
 ELEMENTS_PER_PROGRAM = 1024  # element-wise kernels: elements per program
 VOCAB_CHUNK = 4096  # argmax_probability: vocabulary columns per program
@@ -35,7 +35,7 @@ ENGINES_ON_INTERPRETER = False  # tests set it: the engines then run these kerne
 
 @functools.cache
 def _impl() -> ModuleType | None:
-    """core/triton_impl.py, imported on first use (Triton is optional); None without Triton."""
+    """triton_impl.py, imported on first use (Triton is optional); None without Triton."""
     try:
         from . import triton_impl
     except ImportError:
@@ -79,7 +79,7 @@ def rotary(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The rotary embedding of queries and keys [B, H, L, D] (any strides) with cos/sin [B, L, D], eager's bits."""
     if unsqueeze_dim != 1 or not (q.dtype == k.dtype == cos.dtype == sin.dtype):
-        return fused_ops.rotary(q, k, cos, sin, unsqueeze_dim)  # a layout or type promotion not covered here
+        return fused.rotary(q, k, cos, sin, unsqueeze_dim)  # a layout or type promotion not covered here
     return _rotate(q, cos, sin), _rotate(k, cos, sin)
 
 
@@ -142,7 +142,7 @@ def split_kv_attention(
     (True = attend): each key/value head's query heads stacked as rows, the keys cut into `KEY_SPLITS` ranges
     run in parallel, their softmax partials merged. Returns [B, L, Hq, D] (transformers' attention layout)."""
     if mask.dtype != torch.bool:  # an additive mask: the eager grouped attention
-        return fused_ops.grouped_attention(query, key, value, mask, scale)
+        return fused.grouped_attention(query, key, value, mask, scale)
     batch, query_heads, length, dim = query.shape
     kv_heads, keys = key.shape[1], key.shape[2]
     groups = query_heads // kv_heads

@@ -1,4 +1,4 @@
-"""The Triton kernels of core/triton_kernels.py (imported only where Triton is installed; see that module).
+"""The Triton kernels of triton_kernels.py (imported only where Triton is installed; see that module).
 
 Tier 1 kernels keep eager PyTorch's rounding points: every operation eager runs as its own kernel rounds its
 result to the tensor dtype here too (products of two values of the tensor dtype are exact in float32, so one

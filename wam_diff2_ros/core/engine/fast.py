@@ -9,7 +9,7 @@
   ignores `cache_position`, so it cannot write a block at its own slots.
 - Logits only where read: none for the prompt or the commit pass; on CPU (float32) the output layer runs on
   the still-masked rows only (`BlockDiffusionBackbone.row_logits`) and the text layers' projections on the
-  block through `block_kernels`: core/cpu_kernels.py, kernels that give every output the bits the exact
+  block through `block_kernels`: cpu_kernels.py, kernels that give every output the bits the exact
   engine's stock modules give it, probed on first use; where they are unavailable the stock modules run.
 - One device->host read per step (`open_rows`; on CPU the `nonzero` that also gives the masked rows).
 - CUDA graphs (CUDA only, `cuda_graphs`): the block forward + output layer is captured once per (batch,
@@ -17,17 +17,17 @@
   logits go unread); the attention then spans the whole bucket with the unused slots masked out, which
   changes the reduction length, so identical tokens are not guaranteed there in principle (measured
   identical on an H200: README). Capture failures fall back to eager steps with a log line.
-- The `fused` engine (`fused=True`, core/fused_ops.py): the step's norms, rotary embedding and MLP gates
+- The `fused` engine (`fused=True`, fused.py): the step's norms, rotary embedding and MLP gates
   compiled into one kernel each and a grouped-query attention without `repeat_kv`, in eager steps and in the
   graphs; on CUDA with Triton, the attention is a split-KV kernel over the static cache and greedy proposals
-  take a fused argmax + maximum probability over the output layer (core/triton_kernels.py). Not bit-identical:
+  take a fused argmax + maximum probability over the output layer (triton_kernels.py). Not bit-identical:
   admitted by the agreement yardstick (docs/engine.md).
 - `triton_kernels=True` (CUDA with Triton; off by default): the fast engine's RMSNorm tails, rotary embedding
   and SiLU gates as Triton kernels that keep eager's rounding points (bit-identical to eager on CPU under the
   Triton interpreter; on a GPU still to be proven by test_fast_decoding_cuda.py).
 
 Everything a runner needs across decodes (the CPU kernels, the CUDA graph store, the fused ops) is its own;
-`engines.Runners` keeps runners per backbone, so it is built once.
+`selection.Runners` keeps runners per backbone, so it is built once.
 """
 
 from __future__ import annotations
@@ -38,11 +38,11 @@ from typing import Any
 
 import torch
 
+from ..model import BlockDiffusionBackbone
 from . import triton_kernels
 from .cpu_kernels import ExactLinears, ExactRowLogits
-from .fused_ops import FusedStepOps
-from .model import BlockDiffusionBackbone
-from .runner import ALL_ROWS, AllRows, OpenRows
+from .fused import FusedStepOps
+from .runners import ALL_ROWS, AllRows, OpenRows
 from .sampling import RowSampling, SamplingParams, draw_uniform, sample_batch, sample_flat, sample_tokens
 
 LOG = logging.getLogger(__name__)
@@ -109,8 +109,8 @@ def capacity_bucket(tokens: int, quantum: int = CAPACITY_QUANTUM) -> int:
 
 
 class FastRunner:
-    """Executes the decoder's steps on a static cache (a `runner.Runner`); keeps its kernels, graphs and fused ops
-    across decodes (`engines.Runners` holds one per backbone and option set)."""
+    """Executes the decoder's steps on a static cache (a `runners.Runner`); keeps its kernels, graphs and fused ops
+    across decodes (`selection.Runners` holds one per backbone and option set)."""
 
     def __init__(
         self,
@@ -171,7 +171,7 @@ class FastRunner:
         if self.device.type != "cpu":
             return contextlib.nullcontext()
         if self._linears is None:
-            self._linears = ExactLinears(list(self.backbone.model.model.language_model.layers.modules()))
+            self._linears = ExactLinears(self.backbone.model.model.language_model.layers)
         return self._linears.installed(block_shape)
 
     def step_ops(self) -> contextlib.AbstractContextManager[Any]:

@@ -30,9 +30,10 @@ each step an exact cost.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import torch
 
@@ -41,8 +42,49 @@ DEFAULT_CLOCK: Clock = time.monotonic_ns
 STEP_COST_WEIGHT = 0.5  # weight of the newest measured step in the running step cost
 
 
+class NoDeadline:
+    """The deadline of a plan without one (the block loop always has a deadline object): nothing is measured,
+    nothing forced, the clock is never read."""
+
+    def open_block(self, blocks_left: int) -> None:
+        """A block starts (nothing to share)."""
+
+    def begin_step(self) -> int | None:
+        """A step is about to propose: no limit."""
+        return None
+
+    def end_steps(self) -> None:
+        """The block found nothing left to unmask."""
+
+    def abandon_step(self) -> None:
+        """The block ran out of steps."""
+
+    def compress(self, strategy: str, masked: torch.Tensor, confidence: torch.Tensor, transfer: torch.Tensor):
+        """The step's transfers as the remasking rule chose them."""
+        return transfer
+
+    @contextlib.contextmanager
+    def commit(self) -> Iterator[None]:
+        """Around a commit pass: nothing measured."""
+        yield
+
+    def early_tokens(self, batch: int, device: torch.device) -> torch.Tensor:
+        """Per sample the tokens committed early for the deadline ([B] int64): none."""
+        return torch.zeros(batch, dtype=torch.int64, device=device)
+
+    def met(self) -> bool:
+        """A plan without a deadline is never late."""
+        return True
+
+
+def deadline_for(deadline_ms: float, started_ns: int | None = None, clock: Clock | None = None):
+    """The block loop's deadline object: a `DeadlineBudget` for `deadline_ms` > 0, else `NoDeadline`."""
+    return DeadlineBudget(deadline_ms, started_ns, clock) if deadline_ms > 0 else NoDeadline()
+
+
 class DeadlineBudget:
-    """The step allowance of one plan's blocks under a deadline (see the module docstring)."""
+    """The step allowance of one plan's blocks under a deadline (see the module docstring); the block loop calls
+    the same methods on it as on `NoDeadline`."""
 
     def __init__(self, deadline_ms: float, started_ns: int | None = None, clock: Clock | None = None) -> None:
         self.clock = clock or DEFAULT_CLOCK
@@ -53,6 +95,8 @@ class DeadlineBudget:
         self.slice_end_ns = self.deadline_ns
         self._step_opened: int | None = None
         self._commit_opened: int | None = None
+        self.steps_left: int | None = None  # what the last `begin_step` allowed
+        self.early: torch.Tensor | None = None  # per sample the tokens forced early so far ([B] int64, on the device)
 
     def open_block(self, blocks_left: int) -> None:
         """Give the block about to start its slice of the time left (`blocks_left` includes it)."""
@@ -68,10 +112,12 @@ class DeadlineBudget:
         self._step_opened = now
         left_ns = self.slice_end_ns - now
         if left_ns <= 0:
-            return 1
-        if not self.step_ns:
-            return None
-        return max(1, math.floor(left_ns / self.step_ns))
+            self.steps_left = 1
+        elif not self.step_ns:
+            self.steps_left = None
+        else:
+            self.steps_left = max(1, math.floor(left_ns / self.step_ns))
+        return self.steps_left
 
     def end_steps(self) -> None:
         """The block found nothing left to unmask: the last step's cost is known now."""
@@ -81,6 +127,28 @@ class DeadlineBudget:
     def abandon_step(self) -> None:
         """The block ran out of steps: its last step is not measured (its end is not observed alone)."""
         self._step_opened = None
+
+    def compress(self, strategy: str, masked: torch.Tensor, confidence: torch.Tensor, transfer: torch.Tensor):
+        """The step's transfers (`transfer`, chosen by the remasking rule among the still-masked positions `masked`)
+        plus what fills the block in the steps left when fewer fit than the block has positions (`forced_transfers`);
+        the positions forced beyond the rule's are counted in `early`. Runs on the device, no reads."""
+        if self.steps_left is None or self.steps_left >= masked.shape[1]:
+            return transfer
+        forced = forced_transfers(strategy, masked, confidence, self.steps_left)
+        early = (forced & ~transfer).sum(dim=1)
+        self.early = early if self.early is None else self.early + early
+        return transfer | forced
+
+    @contextlib.contextmanager
+    def commit(self) -> Iterator[None]:
+        """Around a commit pass (which ends with the device synchronised): its cost is measured."""
+        self.begin_commit()
+        yield
+        self.end_commit()
+
+    def early_tokens(self, batch: int, device: torch.device) -> torch.Tensor:
+        """Per sample the tokens committed early for the deadline ([B] int64, on the device)."""
+        return torch.zeros(batch, dtype=torch.int64, device=device) if self.early is None else self.early
 
     def begin_commit(self) -> None:
         """A commit pass starts."""

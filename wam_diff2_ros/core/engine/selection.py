@@ -1,12 +1,11 @@
 """Which decoding engine runs, chosen in one place, and the runners that execute it, kept across decodes.
 
 Engines (`DecodeConfig.engine`):
-- `exact`: the reference's `DynamicCache` and full logits (`runner.ExactRunner`);
+- `exact`: the reference's `DynamicCache` and full logits (`runners.ExactRunner`);
 - `fast`: static KV cache, masked-row logits on CPU, CUDA graphs on CUDA; token-identical to `exact` where it is
-  picked by `auto` (`fast_decoding.FastRunner`);
-- `fused`: the fast engine with fused step kernels (core/fused_ops.py, and on CUDA with Triton the kernels of
-  core/triton_kernels.py); not bit-identical, admitted by the agreement yardstick (`wam-diff2-bench agreement`);
-  `fast` with `DecodeConfig.torch_compile` is the same engine (the option's earlier spelling);
+  picked by `auto` (`fast.FastRunner`);
+- `fused`: the fast engine with fused step kernels (fused.py, and on CUDA with Triton the kernels of
+  triton_kernels.py); not bit-identical, admitted by the agreement yardstick (`wam-diff2-bench agreement`);
 - `auto`: `fused` on CUDA where an admission file (`admission_path()`, written by the yardstick) admits it for the
   dtype; else `fast` where it was shown token-identical (`FAST_BY_DEFAULT`); else `exact`.
 """
@@ -20,10 +19,10 @@ from typing import Any
 
 import torch
 
-from .cache import user_cache_root
-from .fast_decoding import FastRunner
-from .model import BlockDiffusionBackbone
-from .runner import ExactRunner, Runner
+from ..cache import user_cache_root
+from ..model import BlockDiffusionBackbone
+from .fast import FastRunner
+from .runners import ExactRunner, Runner
 
 LOG = logging.getLogger(__name__)
 
@@ -64,7 +63,6 @@ def resolve_engine(
     engine: str,
     device: torch.device,
     dtype: torch.dtype,
-    torch_compile: bool = False,
     admission_file: Path | None = None,
 ) -> str:
     """`exact`, `fast` or `fused` for a configured engine (see the module docstring)."""
@@ -72,8 +70,6 @@ def resolve_engine(
         if device.type in FUSED_DEVICES and admitted("fused", device, dtype, admission_file):
             return "fused"
         engine = "fast" if (device.type, dtype) in FAST_BY_DEFAULT else "exact"
-    if engine == "fast" and torch_compile:
-        return "fused"
     return engine
 
 
@@ -81,13 +77,12 @@ def describe_engine(
     engine: str,
     device: torch.device,
     dtype: torch.dtype,
-    torch_compile: bool = False,
     admission_file: Path | None = None,
 ) -> str:
     """Which engine a configured `engine` runs on this device and dtype, and why (one line for logs)."""
-    chosen = resolve_engine(engine, device, dtype, torch_compile, admission_file)
+    chosen = resolve_engine(engine, device, dtype, admission_file)
     if engine != "auto":
-        return f"{chosen} (decoding.engine: {engine}{', torch_compile' if chosen != engine else ''})"
+        return f"{chosen} (decoding.engine: {engine})"
     where = f"{device.type} {str(dtype).removeprefix('torch.')}"
     if chosen == "fused":
         return f"fused (auto: admitted by the agreement yardstick on {where})"
@@ -108,14 +103,13 @@ class Runners:
         self,
         engine: str,
         cuda_graphs: bool = True,
-        torch_compile: bool = False,
         triton_kernels: bool = False,
         device: torch.device | None = None,
     ) -> Runner:
         """The runner for a configured engine on `device` (default: the backbone's) and the backbone's dtype
         (`resolve_engine`). `triton_kernels`: the fast engine's bit-identical Triton kernels (CUDA with Triton
         only; off by default)."""
-        chosen = resolve_engine(engine, device or self.backbone.device, self.backbone.dtype, torch_compile)
+        chosen = resolve_engine(engine, device or self.backbone.device, self.backbone.dtype)
         if chosen == "exact":
             return ExactRunner(self.backbone)  # holds only the decode's cache: nothing to keep
         key = (cuda_graphs, chosen == "fused", triton_kernels)

@@ -13,29 +13,30 @@ Every tensor operation that affects which token wins (softmax in the model dtype
 threshold in that dtype, `torch.topk` tie-breaking per sample, random draws) follows the reference, so the
 same weights give the same tokens. In bfloat16 the threshold 0.9 therefore acts as bf16(0.9) = 0.8984375.
 
-The rules (remasking, stopping; sampling in sampling.py) are defined once; a runner executes the steps
-(`runner.Runner`: `runner.ExactRunner`, the reference's `DynamicCache` and full logits, or
-`fast_decoding.FastRunner`, static cache, masked-row logits on CPU, CUDA graphs), chosen by `DecodeConfig.engine`
-in one place, `engines.Runners.select`.
+The rules (remasking, stopping; sampling in sampling.py) are defined once, here; a runner executes the steps
+(`runners.Runner`: `runners.ExactRunner`, the reference's `DynamicCache` and full logits, or `fast.FastRunner`,
+static cache, masked-row logits on CPU, CUDA graphs), chosen by `DecodeConfig.engine` in one place,
+`selection.Runners.select`. The block loop always has a deadline (deadline.py; `NoDeadline` without one) and
+reports its timing and token confidences through observers (observers.py).
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
 
-from .deadline import Clock, DeadlineBudget, blocks_to_share, forced_transfers
-from .engines import Runners
-from .model import BlockDiffusionBackbone
+from ..model import BlockDiffusionBackbone
+from ..timing import StageTiming
+from ..tokens import EOS_TOKEN_ID, MASK_TOKEN_ID
+from .deadline import Clock, DeadlineBudget, NoDeadline, blocks_to_share, deadline_for
+from .observers import StageClock, TokenConfidence
 from .sampling import RowSampling, SamplingParams
-from .timing import StageTiming
-from .tokens import EOS_TOKEN_ID, MASK_TOKEN_ID
+from .selection import Runners
 
-ENGINES = ("auto", "exact", "fast", "fused")  # what each one runs: engines.py
+ENGINES = ("auto", "exact", "fast", "fused")  # what each one runs: selection.py
 REMASKING_STRATEGIES = ("low_confidence_dynamic", "low_confidence_static", "sequential")
 
 
@@ -60,11 +61,10 @@ class DecodeConfig:
     remasking_strategy: str = "low_confidence_dynamic"
     confidence_threshold: float = 0.9
     seed: int | None = None
-    engine: str = "auto"  # exact | fast | fused | auto (engines.resolve_engine)
+    engine: str = "auto"  # exact | fast | fused | auto (selection.resolve_engine)
     cuda_graphs: bool = True  # fast engine on CUDA: replay captured denoising steps
-    torch_compile: bool = False  # fast engine: the fused engine's kernels (earlier spelling of engine: fused)
     triton_kernels: bool = False  # fast engine on CUDA: bit-identical Triton element-wise kernels (unproven on GPU)
-    deadline_ms: float = 0.0  # plan deadline from the plan's start (core/deadline.py); 0 = none
+    deadline_ms: float = 0.0  # plan deadline from the plan's start (deadline.py); 0 = none
     mask_token_id: int = MASK_TOKEN_ID
     eos_token_id: int = EOS_TOKEN_ID
 
@@ -194,54 +194,34 @@ def block_diffusion_decode(
 ) -> DecodeOutput:
     """Decode a (padded) prompt batch with block diffusion; see the module docstring.
 
-    `config.engine` chooses how the steps execute (`exact`: the reference's caches and full logits; `fast`:
-    static KV cache, logits for the masked rows only on CPU, CUDA graphs on CUDA); the rules below are the
-    same for both. Per denoising step at most one device->host read (is anything still masked?), per block
-    one more (which samples are finished). `cancel` is polled before every denoising step (a host-side flag,
-    no device sync); when it returns True the decode stops with `DecodeCancelledError`. `observe` (for
-    instruments such as the benchmark's counters) is told each phase as it starts: prefill, step, block (the
-    block's bookkeeping after its steps), commit, done. `runners`: the backbone's runners kept across decodes
-    (the engine's; None builds them for this call).
-
-    With `config.deadline_ms` > 0 the steps are compressed to finish by `started_ns + deadline_ms` on `clock`
-    (ns; `time.monotonic_ns` by default; `started_ns` defaults to now): see core/deadline.py. `expected_blocks`
-    (e.g. how many blocks the previous answer took) is how many blocks the time is shared among; default: every
-    block up to `max_new_tokens`. Reading the clock is host-side: no device read is added. Without a deadline
-    the clock is not read.
+    `config.engine` chooses the runner that executes the steps (selection.py); the rules here are the same for
+    every engine. Per denoising step at most one device->host read (is anything still masked?), per block one more
+    (which samples are finished). `cancel` is polled before every step (a host-side flag); True stops the decode with
+    `DecodeCancelledError`. `observe` is told each phase as it starts (observers.StageClock). `runners`: the
+    backbone's runners kept across decodes (None builds them for this call). With `config.deadline_ms` > 0 the steps
+    are compressed to finish by `started_ns + deadline_ms` on `clock` (deadline.py), the time shared among
+    `expected_blocks` blocks (default: every block up to `max_new_tokens`); without one the clock is not read.
 
     `row_temperatures` (candidate batches, core/candidates.py): a one-prompt batch is prefilled once, its cache
     broadcast to one row per temperature, and each row sampled at its own temperature (`sampling.RowSampling`;
     top-k / top-p and the seed from `config`); a row at 0 gives the prompt's greedy answer.
     """
-    sync = synchronize or (lambda: None)
-    mark = observe or (lambda phase: None)
     device = input_ids.device
     batch, prompt_len = input_ids.shape
-    block_size, num_blocks = config.block_size, config.num_blocks
-    mask_id, eos_id = config.mask_token_id, config.eos_token_id
-    if attention_mask is None:
-        attention_mask = torch.ones_like(input_ids)
-    generator = None
-    if config.seed is not None:
-        generator = torch.Generator(device=device)
-        generator.manual_seed(config.seed)
-    runner = (runners or Runners(backbone)).select(
-        config.engine, config.cuda_graphs, config.torch_compile, config.triton_kernels, device
-    )
-
-    denoise_s = commit_s = 0.0
-    sync()
-    started = time.perf_counter()
-    budget = DeadlineBudget(config.deadline_ms, started_ns, clock) if config.deadline_ms > 0 else None
+    block_size, num_blocks, mask_id = config.block_size, config.num_blocks, config.mask_token_id
+    attention_mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask
+    generator = None if config.seed is None else torch.Generator(device=device).manual_seed(config.seed)
+    runner = (runners or Runners(backbone)).select(config.engine, config.cuda_graphs, config.triton_kernels, device)
+    stages = StageClock(synchronize, observe)
+    deadline = deadline_for(config.deadline_ms, started_ns, clock)
 
     full_mask = _block_causal_mask(prompt_len, num_blocks, block_size, batch, device)
     valid = attention_mask.to(device=device).bool()
     prompt_mask = full_mask[:, :, :prompt_len, :prompt_len] & valid[:, None, None, :] & valid[:, None, :, None]
     prompt_positions, rope_deltas = backbone.rope_index(input_ids, attention_mask, image_grid_thw)
-
+    stages.announce("prefill")
     capacity = prompt_len + num_blocks * block_size
-    mark("prefill")
-    vision_s = runner.prefill(input_ids, prompt_mask, prompt_positions, pixel_values, image_grid_thw, capacity=capacity)
+    vision_s = runner.prefill(input_ids, prompt_mask, prompt_positions, pixel_values, image_grid_thw, capacity)
     sampling: SamplingParams = config
     if row_temperatures is not None:  # candidate rows: the one prefilled prompt broadcast to every row
         if batch != 1:
@@ -251,98 +231,94 @@ def block_diffusion_decode(
         full_mask = full_mask.expand(batch, -1, -1, -1)
         rope_deltas = rope_deltas.expand(batch, -1)
         sampling = RowSampling(tuple(float(t) for t in row_temperatures), config.top_k, config.top_p)
-    sync()
-    prefill_s = time.perf_counter() - started - vision_s
+    stages.prefilled(vision_s)
 
     response = torch.full((batch, num_blocks * block_size), mask_id, dtype=input_ids.dtype, device=device)
+    confidences = TokenConfidence(batch, num_blocks * block_size, block_size, device)
     finished = torch.zeros(batch, dtype=torch.bool, device=device)
     any_finished = False  # host copy of finished.any(), read once per block
-    eos_block = torch.full((batch, block_size), eos_id, dtype=input_ids.dtype, device=device)
+    eos_block = torch.full((batch, block_size), config.eos_token_id, dtype=input_ids.dtype, device=device)
     schedule = transfer_schedule(block_size, config.denoising_steps)
     steps_per_block: list[int] = []
-    # the winning probability of every committed response token, and the tokens committed early (device)
-    response_confidence = torch.ones((batch, num_blocks * block_size), dtype=torch.float32, device=device)
-    early = torch.zeros(batch, dtype=torch.int64, device=device)
-
     for block in range(num_blocks):
         block_start = prompt_len + block * block_size
         block_end = block_start + block_size
-        denoise_started = time.perf_counter()
-        tokens = torch.full((batch, block_size), mask_id, dtype=input_ids.dtype, device=device)
-        if any_finished:
-            tokens = torch.where(finished[:, None], eos_block, tokens)
-        positions = torch.arange(block_start, block_end, device=device).view(1, -1).expand(batch, -1).clone()
-        positions = (positions + rope_deltas.to(device=device, dtype=positions.dtype)).unsqueeze(0).expand(3, -1, -1)
-        step_mask = full_mask[:, :, block_start:block_end, :block_end]
-
-        proposal = tokens
-        confidence = torch.zeros(tokens.shape, dtype=backbone.dtype, device=device)
-        block_confidence = torch.ones(tokens.shape, dtype=torch.float32, device=device)
-        if budget is not None:
-            budget.open_block(blocks_to_share(block, num_blocks, expected_blocks))
-        steps_run = config.denoising_steps
-        for step in range(config.denoising_steps):
-            if cancel is not None and cancel():
-                raise DecodeCancelledError("decoding cancelled")
-            mark("step")
-            masked = tokens == mask_id
+        with stages.stage("denoise"):
+            tokens = torch.full((batch, block_size), mask_id, dtype=input_ids.dtype, device=device)
             if any_finished:
-                masked &= ~finished[:, None]
-            rows = runner.open_rows(masked)
-            if rows is None:
-                steps_run = step
-                if budget is not None:
-                    budget.end_steps()
-                break
-            steps_left = budget.begin_step() if budget is not None else None
-            proposal, confidence = runner.propose(tokens, positions, step_mask, block_start, rows, sampling, generator)
-            transfer = select_transfers(
-                config.remasking_strategy, masked, confidence, schedule[step], config.confidence_threshold, finished
-            )
-            if steps_left is not None and steps_left < block_size:  # compress: fill the block in steps_left steps
-                forced = forced_transfers(
-                    config.remasking_strategy, masked & ~finished[:, None], confidence, steps_left
+                tokens = torch.where(finished[:, None], eos_block, tokens)
+            positions = _block_positions(block_start, block_size, rope_deltas, batch, device)
+            step_mask = full_mask[:, :, block_start:block_end, :block_end]
+            proposal, confidence = tokens, torch.zeros(tokens.shape, dtype=backbone.dtype, device=device)
+            confidences.open_block()
+            deadline.open_block(blocks_to_share(block, num_blocks, expected_blocks))
+            steps_run = config.denoising_steps
+            for step in range(config.denoising_steps):
+                if cancel is not None and cancel():
+                    raise DecodeCancelledError("decoding cancelled")
+                stages.announce("step")
+                masked = tokens == mask_id
+                if any_finished:
+                    masked &= ~finished[:, None]
+                rows = runner.open_rows(masked)
+                if rows is None:
+                    steps_run = step
+                    deadline.end_steps()
+                    break
+                deadline.begin_step()
+                proposal, confidence = runner.propose(
+                    tokens, positions, step_mask, block_start, rows, sampling, generator
                 )
-                early += (forced & ~transfer).sum(dim=1)
-                transfer |= forced
-            tokens = torch.where(transfer, proposal, tokens)
-            block_confidence = torch.where(transfer, confidence.float(), block_confidence)
-        else:
-            if budget is not None:
-                budget.abandon_step()
-        steps_per_block.append(steps_run)
-        mark("block")
-        leftover = (tokens == mask_id) & ~finished[:, None]
-        tokens = torch.where(leftover, proposal, tokens)
-        block_confidence = torch.where(leftover, confidence.float(), block_confidence)
-        tokens = torch.where(finished[:, None], eos_block, tokens)
-        response[:, block * block_size : (block + 1) * block_size] = tokens
-        response_confidence[:, block * block_size : (block + 1) * block_size] = block_confidence
-        finished |= (tokens == eos_id).any(dim=1)
-        finished_rows = finished.tolist()  # the one read per block
-        any_finished = any(finished_rows)
-        sync()
-        denoise_s += time.perf_counter() - denoise_started
+                transfer = select_transfers(
+                    config.remasking_strategy, masked, confidence, schedule[step], config.confidence_threshold, finished
+                )
+                transfer = deadline.compress(config.remasking_strategy, masked, confidence, transfer)  # the policy
+                tokens = torch.where(transfer, proposal, tokens)
+                confidences.taken(transfer, confidence)
+            else:
+                deadline.abandon_step()
+            steps_per_block.append(steps_run)
+            stages.announce("block")
+            leftover = (tokens == mask_id) & ~finished[:, None]
+            tokens = torch.where(leftover, proposal, tokens)
+            confidences.taken(leftover, confidence)
+            tokens = torch.where(finished[:, None], eos_block, tokens)
+            response[:, block * block_size : (block + 1) * block_size] = tokens
+            confidences.close_block(block)
+            finished |= (tokens == config.eos_token_id).any(dim=1)
+            finished_rows = finished.tolist()  # the one read per block
+            any_finished = any(finished_rows)
         if all(finished_rows) or block == num_blocks - 1:
             break  # (the reference also commits the last block; nothing reads that cache entry)
-        commit_started = time.perf_counter()
-        if budget is not None:
-            budget.begin_commit()
-        mark("commit")
-        runner.commit(tokens, positions, step_mask, block_start)
-        sync()
-        if budget is not None:
-            budget.end_commit()
-        commit_s += time.perf_counter() - commit_started
+        with deadline.commit(), stages.stage("commit", phase="commit"):
+            runner.commit(tokens, positions, step_mask, block_start)
+    return _decode_output(response, confidences, finished, steps_per_block, deadline, stages.finish(), config)
 
-    total_s = time.perf_counter() - started
-    mark("done")
-    rows_out = response.tolist()
-    # one read for the confidences and the early counts (exact as float32: counts are at most a few thousand)
-    read = torch.cat([response_confidence, early[:, None].to(torch.float32)], dim=1).tolist()
+
+def _block_positions(block_start: int, block_size: int, rope_deltas: torch.Tensor, batch: int, device) -> torch.Tensor:
+    """Rope positions [3, B, L] of a response block: its sequence indices plus each sample's rope delta."""
+    positions = torch.arange(block_start, block_start + block_size, device=device).view(1, -1).expand(batch, -1)
+    positions = positions + rope_deltas.to(device=device, dtype=positions.dtype)
+    return positions.unsqueeze(0).expand(3, -1, -1)
+
+
+def _decode_output(
+    response: torch.Tensor,
+    confidences: TokenConfidence,
+    finished: torch.Tensor,
+    steps_per_block: list[int],
+    deadline: NoDeadline | DeadlineBudget,
+    timing: StageTiming,
+    config: DecodeConfig,
+) -> DecodeOutput:
+    """The decode's result: per sample the tokens before the first EOS with their confidences (one read for the
+    confidences and the early counts: exact as float32, the counts are at most a few thousand)."""
+    mask_id, eos_id = config.mask_token_id, config.eos_token_id
+    early = deadline.early_tokens(response.shape[0], response.device)
+    read = torch.cat([confidences.values, early[:, None].to(torch.float32)], dim=1).tolist()
     token_ids: list[list[int]] = []
     token_confidence: list[list[float]] = []
-    for row, values in zip(rows_out, read, strict=True):
+    for row, values in zip(response.tolist(), read, strict=True):
         end = row.index(eos_id) if eos_id in row else len(row)
         kept = [i for i in range(end) if row[i] != mask_id]
         token_ids.append([row[i] for i in kept])
@@ -354,8 +330,6 @@ def block_diffusion_decode(
         finished=finished.tolist(),
         token_confidence=token_confidence,
         early_tokens=[int(values[-1]) for values in read],
-        deadline_met=budget.met() if budget is not None else True,
-        timing=StageTiming.from_seconds(
-            vision=vision_s, prefill=prefill_s, denoise=denoise_s, commit=commit_s, total=total_s
-        ),
+        deadline_met=deadline.met(),
+        timing=timing,
     )

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from .checkpoint import (
+from ..checkpoint import (
     CheckpointInfo,
     inspect_checkpoint,
     load_model,
@@ -28,14 +28,15 @@ from .checkpoint import (
     resolve_dtype,
     synchronizer,
 )
-from .confidence import token_char_spans
+from ..confidence import token_char_spans
+from ..device_preprocess import DEFAULT_PREPROCESS, PREPROCESS_MODES
+from ..image_preprocess import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS
+from ..model import BlockDiffusionBackbone
+from ..processor import WamDiff2Processor
+from ..timing import StageTiming
 from .deadline import DEFAULT_CLOCK, Clock
 from .decoding import DecodeConfig, DecodeOutput, block_diffusion_decode
-from .device_preprocess import DEFAULT_PREPROCESS, PREPROCESS_MODES
-from .engines import Runners, describe_engine
-from .model import BlockDiffusionBackbone
-from .processor import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS, WamDiff2Processor
-from .timing import StageTiming
+from .selection import Runners, describe_engine
 
 LOG = logging.getLogger(__name__)
 
@@ -132,7 +133,7 @@ class Engine:
     def describe_decoding(self, decode: DecodeConfig | None = None) -> str:
         """Which decoding engine `decode` runs on this engine's device and dtype, and why (for logs)."""
         config = decode or DecodeConfig()
-        return describe_engine(config.engine, self.device, self.dtype, config.torch_compile)
+        return describe_engine(config.engine, self.device, self.dtype)
 
     def generate(
         self,
@@ -144,7 +145,7 @@ class Engine:
     ) -> Generation:
         """Answer one prompt whose `<image>` placeholders are filled, in order, by `images`; a deadline
         (`decode.deadline_ms`) counts from `started_ns` (`time.monotonic_ns`; default: now)."""
-        from .prompts import build_messages
+        from ..prompts import build_messages
 
         conversation = build_messages(prompt, list(images), system=system)
         return self.generate_conversations([conversation], decode, started_ns=started_ns)[0]
@@ -161,7 +162,7 @@ class Engine:
         """One answer per entry of `temperatures` to one prompt, decoded as one batch after one prefill (the
         prompt's cache broadcast to every row; row temperature 0: the greedy answer); seed, top-k / top-p and the
         deadline (for the whole batch) from `decode`."""
-        from .prompts import build_messages
+        from ..prompts import build_messages
 
         conversation = build_messages(prompt, list(images), system=system)
         rows = tuple(float(t) for t in temperatures)

@@ -11,7 +11,8 @@ as a GEMM that splits the width across threads does. Two kernels:
 - `chunked_logits`: the output layer on any subset of a block's rows (the still-masked ones), on the weights
   packed as [V / 16, D, 16] tiles (`ExactRowLogits`; one more copy of the output layer's weights).
 - `chunked_linear`: the text layers' projections on a whole block, vector lanes across the rows, the weights
-  read in place (`ExactLinears`, installed around the fast engine's step and commit forwards).
+  read in place (`ExactLinears`: the layers become `KernelLinear`s, routed through the kernel around the fast
+  engine's step and commit forwards only).
 
 Nothing about MKL's chunking is assumed: each (weight shape, block shape, thread count) is probed once per
 process by running the stock layer on random rows and keeping the first candidate chunking under which every
@@ -28,9 +29,9 @@ AVX2 variant on an AVX-512 CPU; `WAM_DIFF2_KERNEL_DIR` moves the builds elsewher
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
 import fcntl
-import functools
 import hashlib
 import importlib.util
 import logging
@@ -353,33 +354,78 @@ class ExactRowLogits:
         return chunking
 
 
+class KernelLinear(torch.nn.Linear):
+    """A linear layer of the text layers (float32, no bias), swapped in by `ExactLinears` for the stock one: the same
+    weight and attributes (the state dict is unchanged). Inside `ExactLinears.installed(block_shape)` it computes a
+    block's rows through `chunked_linear` with the bits of the stock layer's forward; everywhere else it runs that
+    forward (`stock_type`'s)."""
+
+    @classmethod
+    def adopt(cls, stock: torch.nn.Linear) -> KernelLinear:
+        """A kernel linear layer standing in for `stock`."""
+        linear = cls(stock.in_features, stock.out_features, bias=False, device="meta")
+        linear.weight = stock.weight
+        for name, value in vars(stock).items():
+            if name not in vars(linear):  # the stock layer's own attributes (nn.Linear's and nn.Module's are set)
+                setattr(linear, name, value)
+        linear.stock_type = type(stock)
+        linear.train(stock.training)
+        return linear
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        route = _BLOCK_ROUTE.get()
+        chunking = None if route is None else route.chunkings.get(self)
+        if route is None or chunking is None or tuple(x.shape[:-1]) != route.block_shape or x.dtype != torch.float32:
+            return self.stock_type.forward(self, x)
+        with torch.no_grad():
+            flat = route.kernel.chunked_linear(
+                x.reshape(-1, x.shape[-1]), self.weight, list(chunking.ends), list(chunking.groups)
+            )
+        return flat.view(*route.block_shape, -1)
+
+
+@dataclasses.dataclass(frozen=True)
+class _BlockRoute:
+    kernel: Any
+    chunkings: dict[torch.nn.Module, Chunking]
+    block_shape: tuple[int, int]
+
+
+_BLOCK_ROUTE: contextvars.ContextVar[_BlockRoute | None] = contextvars.ContextVar("cpu_block_route", default=None)
+
+
 class ExactLinears:
     """The text layers' projections (`nn.Linear`, float32, no bias) on a block's rows, bit for bit as in the
-    exact engine, through `chunked_linear` (weights read in place). `installed(block_shape)` routes the given
-    modules through the kernel for the forwards inside it, each weight shape after a probe like the output
-    layer's; shapes the kernel cannot reproduce keep their stock forward."""
+    exact engine, through `chunked_linear` (weights read in place). Built once: it swaps the covered layers under
+    `root` for `KernelLinear`s (the stock forward outside `installed`). `installed(block_shape)` routes them, in
+    this context only, through the kernel, each weight shape after a probe like the output layer's; shapes the
+    kernel cannot reproduce keep their stock forward."""
 
-    def __init__(self, modules: list[torch.nn.Module], isa: str | None = None) -> None:
-        self.modules = [module for module in modules if isinstance(module, torch.nn.Linear)]
+    def __init__(self, root: torch.nn.Module, isa: str | None = None) -> None:
+        for parent in list(root.modules()):
+            for name, child in list(parent.named_children()):
+                if isinstance(child, torch.nn.Linear) and not isinstance(child, KernelLinear) and _covered(child):
+                    setattr(parent, name, KernelLinear.adopt(child))
+        self.modules = [m for m in root.modules() if isinstance(m, KernelLinear)]
         self.isa = isa
         self._chunks: dict[tuple[Any, ...], Chunking | None] = {}
 
     @contextlib.contextmanager
-    def installed(self, block_shape: tuple[int, int]) -> Iterator[None]:
-        """Within: every covered module with a matching chunking computes [B, L, K] inputs with the kernel."""
+    def installed(self, block_shape: tuple[int, int]) -> Iterator[set[torch.nn.Module]]:
+        """Within (this context only): every covered layer with a matching chunking computes [B, L, K] inputs with
+        the kernel; yields those layers."""
         kernel = load_kernel(self.isa)
-        routed = []
+        chunkings: dict[torch.nn.Module, Chunking] = {}
         if kernel is not None:
             for module in self.modules:
                 chunking = self._chunking(kernel, module, block_shape) if _covered(module) else None
                 if chunking is not None:
-                    module.forward = functools.partial(_kernel_forward, kernel, module, chunking, block_shape)
-                    routed.append(module)
+                    chunkings[module] = chunking
+        token = _BLOCK_ROUTE.set(_BlockRoute(kernel, chunkings, block_shape) if chunkings else None)
         try:
-            yield
+            yield set(chunkings)
         finally:
-            for module in routed:
-                del module.forward
+            _BLOCK_ROUTE.reset(token)
 
     def _chunking(self, kernel: Any, module: torch.nn.Linear, block_shape: tuple[int, int]) -> Chunking | None:
         outs, width = module.weight.shape
@@ -388,7 +434,7 @@ class ExactLinears:
             with torch.no_grad():
                 probe = _probe_block(block_shape, width)
                 weight = module.weight.detach()
-                reference = module(probe).reshape(-1, outs)  # its own forward: what the exact engine runs
+                reference = module(probe).reshape(-1, outs)  # its stock forward: what the exact engine runs
                 flat = probe.reshape(-1, width)
 
                 def run(chunking: Chunking, full: bool) -> torch.Tensor:
@@ -415,15 +461,3 @@ def _covered(module: torch.nn.Module) -> bool:
         and weight.is_contiguous()
         and getattr(module, "bias", None) is None
     )
-
-
-def _kernel_forward(
-    kernel: Any, module: torch.nn.Linear, chunking: Chunking, block_shape: tuple[int, int], x: torch.Tensor
-) -> torch.Tensor:
-    if tuple(x.shape[:-1]) != block_shape or x.dtype != torch.float32:  # not a block's rows: the stock forward
-        return type(module).forward(module, x)
-    with torch.no_grad():
-        flat = kernel.chunked_linear(
-            x.reshape(-1, x.shape[-1]), module.weight, list(chunking.ends), list(chunking.groups)
-        )
-    return flat.view(*block_shape, -1)
