@@ -178,3 +178,16 @@ def test_real_decoder_candidates_are_the_engines_batch_rows_and_reproducible(tin
     )
     assert [c.raw_text for c in first.candidates] == [g.text for g in rows]
     assert not first.valid and first.chosen_candidate == -1  # random weights answer no plan
+
+
+def test_the_live_view_draws_the_unpublished_candidates_and_lists_all() -> None:
+    from wam_diff2_ros.viewer.scene import CANDIDATE_COLORS, PlanUpdate, view_frame
+
+    answers = [Answer(WRONG_DIGIT, 0.95), Answer(GOOD, 0.6), Answer(OTHER, 0.8), Answer("1.0, 2.0", 0.99)]
+    result = InferencePipeline(BatchEngine(answers), PlanningConfig(candidates=4)).plan(observation())
+    frame = view_frame(PlanUpdate(now_ns=STAMP, result=result))
+    assert [(line.index, line.valid) for line in frame.candidates] == [(0, False), (1, True)]
+    assert frame.candidates[0].color == CANDIDATE_COLORS[False] and frame.candidates[0].points[-1] == (8.64, 0.0)
+    assert frame.info["chosen_candidate"] == 2 and [c["valid"] for c in frame.info["candidates"]] == [
+        False, True, True, False,
+    ]  # fmt: skip
