@@ -8,7 +8,7 @@ import torch
 from core_helpers import noise_image, tiny_checkpoint
 from PIL import Image
 
-from wam_diff2_ros.core import processor
+from wam_diff2_ros.core import image_preprocess
 from wam_diff2_ros.core.device_preprocess import (
     DEFAULT_PREPROCESS,
     PREPROCESS_MODES,
@@ -21,7 +21,7 @@ from wam_diff2_ros.core.engine.decoding import DecodeConfig
 
 pytestmark = pytest.mark.core
 
-CONFIG = processor.ImageProcessorConfig()
+CONFIG = image_preprocess.ImageProcessorConfig()
 
 
 def gradient_image(width: int, height: int) -> np.ndarray:
@@ -78,8 +78,8 @@ def test_taps_are_normalised_fixed_point_windows() -> None:
 )
 def test_device_path_gives_the_host_paths_pixel_values(width: int, height: int, exact: bool) -> None:
     image = noise_image(width, height, seed=width)
-    limits = (processor.DEFAULT_MIN_PIXELS, 300_000 if width == 900 else processor.DEFAULT_MAX_PIXELS)
-    host = processor.preprocess_image(image, CONFIG, *limits)
+    limits = (image_preprocess.DEFAULT_MIN_PIXELS, 300_000 if width == 900 else image_preprocess.DEFAULT_MAX_PIXELS)
+    host = image_preprocess.preprocess_image(image, CONFIG, *limits)
     device = preprocess_image_on_device(image, CONFIG, *limits, torch.device("cpu"))
     assert device.grid_thw == host.grid_thw and device.num_tokens == host.num_tokens
     assert device.resized_size == host.resized_size
@@ -93,12 +93,12 @@ def test_device_path_gives_the_host_paths_pixel_values(width: int, height: int, 
 
 def test_mono_and_bad_frames() -> None:
     mono = noise_image(64, 48)[:, :, 0]
-    host = processor.preprocess_image(mono, CONFIG)
+    host = image_preprocess.preprocess_image(mono, CONFIG)
     device = preprocess_image_on_device(mono, CONFIG, 12544, 2073600, torch.device("cpu"))
     assert torch.equal(device.patches, host.patches)
-    with pytest.raises(processor.ImageInputError, match="uint8"):
+    with pytest.raises(image_preprocess.ImageInputError, match="uint8"):
         preprocess_image_on_device(np.zeros((8, 8, 3), np.float32), CONFIG, 12544, 2073600, torch.device("cpu"))
-    with pytest.raises(processor.ImageInputError, match="no pixels"):
+    with pytest.raises(image_preprocess.ImageInputError, match="no pixels"):
         preprocess_image_on_device(np.zeros((0, 8, 3), np.uint8), CONFIG, 12544, 2073600, torch.device("cpu"))
 
 

@@ -278,14 +278,16 @@ def test_fast_engine_runs_the_cpu_kernels_and_gives_the_same_tokens_without_them
         return logits
 
     routed = []
-    kernel_forward = cpu_kernels._kernel_forward
+    linear_forward = cpu_kernels.KernelLinear.forward
 
-    def counted_linear(kernel, module, ends, block_shape, x):
-        routed.append(block_shape)
-        return kernel_forward(kernel, module, ends, block_shape, x)
+    def counted_linear(module, x):
+        route = cpu_kernels._BLOCK_ROUTE.get()
+        if route is not None and module in route.chunkings:  # this call runs the kernel
+            routed.append(route.block_shape)
+        return linear_forward(module, x)
 
     monkeypatch.setattr(FastRunner, "row_logits", counted)
-    monkeypatch.setattr(cpu_kernels, "_kernel_forward", counted_linear)
+    monkeypatch.setattr(cpu_kernels.KernelLinear, "forward", counted_linear)
     assert_same(both_engines(backbone, inputs, config))
     assert any(count < 3 * 32 for count, _ in answered)  # masked rows only, fewer than the block's
     # Which shapes run on the kernels is the probe's verdict on this CPU's MKL; the kernels run exactly there.

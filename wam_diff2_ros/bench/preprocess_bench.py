@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from wam_diff2_ros.bench.timing import host_ms
-from wam_diff2_ros.core import processor
+from wam_diff2_ros.core import image_preprocess
 
 
 def load_module(path: Path) -> object:
@@ -45,17 +45,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--previous", type=Path, help="another core/image_preprocess.py to compare with")
     args = parser.parse_args(argv)
     frame = np.random.default_rng(0).integers(0, 256, (args.height, args.width, 3), dtype=np.uint8)
-    config = processor.ImageProcessorConfig()
+    config = image_preprocess.ImageProcessorConfig()
     rows = {
-        "host (uint8 patches)": lambda: processor.preprocess_image(frame, config).patches,
-        "host + pixel values on the CPU": lambda: processor.preprocess_image(frame, config).pixel_values,
+        "host (uint8 patches)": lambda: image_preprocess.preprocess_image(frame, config).patches,
+        "host + pixel values on the CPU": lambda: image_preprocess.preprocess_image(frame, config).pixel_values,
     }
     if args.previous is not None:
         previous = load_module(args.previous)
         old_config = previous.ImageProcessorConfig()
         same = torch.equal(
             previous.preprocess_image(frame, old_config).pixel_values,
-            processor.preprocess_image(frame, config).pixel_values,
+            image_preprocess.preprocess_image(frame, config).pixel_values,
         )
         print(f"pixel values identical to {args.previous}: {same}")
         rows["previous (float32 pixel values)"] = lambda: previous.preprocess_image(frame, old_config).pixel_values

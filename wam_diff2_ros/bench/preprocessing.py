@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from wam_diff2_ros.core import processor
+from wam_diff2_ros.core import image_preprocess
 from wam_diff2_ros.core.device_preprocess import frame_to_device, host_frame, preprocess_image_on_device
 
 SIZES = ((1920, 1080), (1280, 960), (3840, 2160), (100, 60))
@@ -47,7 +47,7 @@ def frames(width: int, height: int) -> dict[str, np.ndarray]:
     }
 
 
-def reference_pixel_values(image: np.ndarray, config: processor.ImageProcessorConfig) -> torch.Tensor | None:
+def reference_pixel_values(image: np.ndarray, config: image_preprocess.ImageProcessorConfig) -> torch.Tensor | None:
     """qwen-vl-utils' resize (the project's pixel-identical PIL bicubic) then transformers' image processor;
     None when transformers has no Qwen2-VL image processor."""
     import transformers
@@ -57,11 +57,11 @@ def reference_pixel_values(image: np.ndarray, config: processor.ImageProcessorCo
     )
     if cls is None:
         return None
-    pil = processor.to_pil_rgb(image)
-    height, width = processor.resize_target_request(
-        pil.height, pil.width, config.factor, processor.DEFAULT_MIN_PIXELS, processor.DEFAULT_MAX_PIXELS
+    pil = image_preprocess.to_pil_rgb(image)
+    height, width = image_preprocess.resize_target_request(
+        pil.height, pil.width, config.factor, image_preprocess.DEFAULT_MIN_PIXELS, image_preprocess.DEFAULT_MAX_PIXELS
     )
-    resized = processor.resize_bicubic(pil, width, height)
+    resized = image_preprocess.resize_bicubic(pil, width, height)
     hf = cls(
         patch_size=config.patch_size,
         temporal_patch_size=config.temporal_patch_size,
@@ -101,13 +101,13 @@ def _frame_copier(frame: np.ndarray) -> Callable[[], Any]:
 
 def compare(sizes: Sequence[tuple[int, int]] = SIZES, repeats: int = 5) -> dict[str, Any]:
     """Largest pixel-value differences per size and content, and host times for the first size."""
-    config = processor.ImageProcessorConfig()
+    config = image_preprocess.ImageProcessorConfig()
     target = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # where the device path runs
-    limits = (processor.DEFAULT_MIN_PIXELS, processor.DEFAULT_MAX_PIXELS)
+    limits = (image_preprocess.DEFAULT_MIN_PIXELS, image_preprocess.DEFAULT_MAX_PIXELS)
     rows = []
     for width, height in sizes:
         for content, image in frames(width, height).items():
-            host = processor.preprocess_image(image, config, *limits).pixel_values
+            host = image_preprocess.preprocess_image(image, config, *limits).pixel_values
             device = preprocess_image_on_device(image, config, *limits, target).pixel_values.cpu()
             reference = reference_pixel_values(image, config)
             if reference is not None and reference.shape != device.shape:
@@ -129,7 +129,7 @@ def compare(sizes: Sequence[tuple[int, int]] = SIZES, repeats: int = 5) -> dict[
 
     timing = {
         "size": f"{width}x{height}",
-        "host_path_ms": _median_ms(lambda: processor.preprocess_image(frame, config, *limits).patches, repeats),
+        "host_path_ms": _median_ms(lambda: image_preprocess.preprocess_image(frame, config, *limits).patches, repeats),
         "device": str(target),
         "device_path_ms": _median_ms(lambda: _synced(on_device(frame)), repeats),
         "frame_copy_ms": _median_ms(_frame_copier(frame), repeats),

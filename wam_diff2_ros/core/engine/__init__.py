@@ -3,6 +3,11 @@
 One `Engine` holds the model, its processor and the block-diffusion decoder; the node, the batch CLI, the
 replay tool and the benchmark all call it. Calls are serialised with a lock, so one engine can be shared by
 threads.
+
+One denoising step, by module: decoding.py (the rules and the block loop) asks a runner (runners.py: the protocol
+and the exact runner; fast.py: the fast one; which one: selection.py) to propose tokens (sampling.py), takes what
+the remasking rule and the deadline (deadline.py) allow, and tells its observers (observers.py). The fast
+runner's kernels: cpu_kernels.py (CPU), fused.py and triton_kernels.py (the fused engine, CUDA).
 """
 
 from __future__ import annotations

@@ -94,7 +94,6 @@ class DeadlineBudget:
         self.commit_ns: float | None = None
         self.slice_end_ns = self.deadline_ns
         self._step_opened: int | None = None
-        self._commit_opened: int | None = None
         self.steps_left: int | None = None  # what the last `begin_step` allowed
         self.early: torch.Tensor | None = None  # per sample the tokens forced early so far ([B] int64, on the device)
 
@@ -142,23 +141,13 @@ class DeadlineBudget:
     @contextlib.contextmanager
     def commit(self) -> Iterator[None]:
         """Around a commit pass (which ends with the device synchronised): its cost is measured."""
-        self.begin_commit()
+        opened = self.clock()
         yield
-        self.end_commit()
+        self.commit_ns = float(self.clock() - opened)
 
     def early_tokens(self, batch: int, device: torch.device) -> torch.Tensor:
         """Per sample the tokens committed early for the deadline ([B] int64, on the device)."""
         return torch.zeros(batch, dtype=torch.int64, device=device) if self.early is None else self.early
-
-    def begin_commit(self) -> None:
-        """A commit pass starts."""
-        self._commit_opened = self.clock()
-
-    def end_commit(self) -> None:
-        """The commit pass finished (after the device synchronised): record its cost."""
-        if self._commit_opened is not None:
-            self.commit_ns = float(self.clock() - self._commit_opened)
-            self._commit_opened = None
 
     def met(self) -> bool:
         """Whether now is still within the deadline."""

@@ -26,7 +26,6 @@ from .runners import ExactRunner, Runner
 
 LOG = logging.getLogger(__name__)
 
-TIERS = ("exact", "fast", "fused")  # what an engine name resolves to
 # (device type, dtype) where `auto` picks the fast engine: token-identical to the exact one in the test grid
 # (CPU float32 in CI; CUDA float32 in test_fast_decoding_cuda.py, run on an H200) or, for CUDA bfloat16,
 # in every comparison measured on an H200 (docs/engine.md); elsewhere (NPU, float16) `auto` is exact.
