@@ -81,9 +81,10 @@ def run_candidates(settings: CandidatesSettings) -> dict[str, Any]:
         ),
         "sequential": lambda temps: sequential_candidates(engine, PROMPT, [image], temps, decode),
     }
-    for _ in range(settings.warmup):
-        for way in ways.values():
-            way(row_temperatures(max(settings.candidates), DEFAULT_CANDIDATE_TEMPERATURE))
+    for _ in range(settings.warmup):  # every batch shape once (the CPU kernels are probed per shape), one decode
+        for count in settings.candidates:
+            ways["batch"](row_temperatures(count, DEFAULT_CANDIDATE_TEMPERATURE))
+        ways["sequential"](row_temperatures(1, DEFAULT_CANDIDATE_TEMPERATURE))
     times: dict[int, dict[str, list[float]]] = {n: {name: [] for name in ways} for n in settings.candidates}
     for _ in range(settings.plans):
         for count in settings.candidates:
