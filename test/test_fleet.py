@@ -331,6 +331,44 @@ def test_markdown_report_carries_no_markup_from_names_or_reasons(tmp_path: Path)
     assert "Model &lt;/script&gt;" in text
 
 
+def test_report_pools_candidate_figures(tmp_path: Path) -> None:
+    """Candidate batches' records: per bag and pooled, the chosen plans' score–error ranking, the rescues."""
+    from wam_diff2_ros.fleet.report import build_report, write_report
+    from wam_diff2_ros.fleet.results import bags_root
+
+    records = [
+        _scripted_bag(tmp_path, "a", 8.0, [(1.0, 0.5), (2.0, 1.0), (3.0, None)]),
+        _scripted_bag(tmp_path, "b", 8.0, [(1.0, 2.0), (2.0, 3.0)]),
+    ]
+    scores = {"a": [0.9, 0.6, 0.0], "b": [0.4, 0.2]}
+    for name, bag_scores in scores.items():
+        path = bags_root(tmp_path) / name / "predictions.jsonl"
+        lines = [json.loads(line) for line in path.read_text().splitlines()]
+        for line, score in zip(lines, bag_scores, strict=True):
+            greedy_ok = name == "a"
+            line.update(
+                confidence=score,
+                waypoint_confidence=[score] * 8 if line["valid"] else [],
+                chosen_candidate=(0 if greedy_ok else 1) if line["valid"] else -1,
+                candidates=[
+                    {"index": 0, "valid": greedy_ok and line["valid"], "score": score, "reason": ""},
+                    {"index": 1, "valid": line["valid"], "score": score, "reason": ""},
+                ],
+            )
+        path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    report = build_report(tmp_path, records, {"model": "m"})
+    pooled = report["pooled"]["candidates"]
+    assert pooled["candidates"] == 2 and pooled["plans"] == 5 and pooled["valid_rate"] == pytest.approx(0.8)
+    assert pooled["score_spearman_vs_ade_4s"] == pytest.approx(-1.0) and pooled["scored_plans"] == 4
+    assert pooled["greedy_rejected_sampled_published"] == 2 and pooled["chosen_rows"] == {"0": 2, "1": 2}
+    assert {b["name"]: b["candidates"]["plans"] for b in report["bags"]} == {"a": 3, "b": 2}
+    write_report(tmp_path, report)
+    assert (
+        "Candidates: 2 per plan; score (confidence) vs ADE 4 s Spearman -1.00 over 4 plans"
+        in (tmp_path / "fleet_report.md").read_text()
+    )
+
+
 def test_command_line_errors(tmp_path: Path, capsys) -> None:
     bag = tmp_path / "bag"
     bag.mkdir()

@@ -281,3 +281,29 @@ def test_hostile_text_leaves_the_page_whole_and_inert(browser, tmp_path) -> None
     page.page.fill("#filter", "onerror")
     assert page.rows() == sum("onerror" in r.get("command", "") or "onerror" in r["reason"] for r in records) > 0
     assert page.page.evaluate("() => window.__pwned") is None and page.errors == [] and page.requests == []
+
+
+def test_candidates_are_drawn_and_listed_in_chromium(browser, tmp_path) -> None:
+    """A candidate batch's plan: the frame draws the unpublished candidates faintly and lists every one with its
+    verdict; the summary names the candidate figures."""
+    records, instants, metrics = synthetic(3)
+    first = next(r for r in records if r["valid"])
+    rejected = [[8.0 * h, 0.0] for h in HORIZONS[:-1]] + [[20.0, 0.0]]
+    first["candidates"] = [
+        {"index": 0, "temperature": 0.0, "valid": False, "reason": "backward rule: waypoint 8", "score": 0.0,
+         "waypoints": rejected, "waypoint_confidence": [], "raw_text": ""},
+        {"index": 1, "temperature": 1.0, "valid": True, "reason": "", "score": 0.8, "waypoints": first["waypoints"],
+         "waypoint_confidence": [], "raw_text": ""},
+        {"index": 2, "temperature": 1.0, "valid": True, "reason": "", "score": 0.5, "waypoints": first["waypoints"],
+         "waypoint_confidence": [], "raw_text": ""},
+    ]  # fmt: skip
+    first["chosen_candidate"] = 1
+    metrics["candidates"] = {"candidates": 3, "mean_valid_candidates": 2.0, "score_spearman_vs_ade_4s": -0.4,
+                             "scored_plans": 2}  # fmt: skip
+    page = Page(browser, write_report_page(tmp_path / "report.html", metrics, records, instants, StraightTrack()))
+    page.page.locator(f"#plan-table tbody tr[data-instant='{first['instant']}']").click()
+    assert page.page.get_attribute("#frame", "data-candidates") == "2"  # all but the published one
+    info = page.page.inner_text("#frame-info")
+    assert "candidate 0: rejected: backward rule" in info and "candidate 1 (published): valid, score 0.80" in info
+    assert "3 per plan" in page.page.inner_text("#summary-table")
+    assert page.errors == [] and page.requests == []

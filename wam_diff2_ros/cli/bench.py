@@ -3,8 +3,9 @@
 `wam-diff2-bench [flags]` compares engines on the benchmark's workload (`wam_diff2_ros.bench.runs`);
 `wam-diff2-bench SUBCOMMAND [flags]` runs one of the other measurements (`SUBCOMMANDS`; `--help` after a
 subcommand lists its flags; `--help` lists the subcommands); `--end-to-end` and `--preprocessing` are spellings of
-the `end-to-end` and `preprocess` subcommands. Flags are kebab-case; the underscore spellings of earlier releases
-are still accepted (hidden aliases). Decoding flags left out take `DecodeConfig`'s defaults.
+the `end-to-end` and `preprocess` subcommands, and `--candidates N` runs the `candidates` subcommand. Flags are
+kebab-case; the underscore spellings of earlier releases are still accepted (hidden aliases). Decoding flags left
+out take `DecodeConfig`'s defaults.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ SUBCOMMANDS = {
     "rows": "exact / fast / fused side by side from one scripts/bench_gpu.sh run",
     "flood": "the node's decoding deadline while flooded with camera images (real node, real DDS)",
     "viewer": "what the live view costs the planning thread, and its memory with a stalled client",
+    "candidates": "candidate plans: one batch after one shared prefill vs one decode after another, per N",
 }
 #: flags of the plain command that run a subcommand instead (the spellings the documents use)
 FLAG_SUBCOMMANDS = {"--end-to-end": "end-to-end", "--preprocessing": "preprocess"}
@@ -51,6 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _subcommand(argv: list[str]) -> tuple[str, list[str]] | None:
     if argv and argv[0] in SUBCOMMANDS:
         return argv[0], argv[1:]
+    if any(a == "--candidates" or a.startswith("--candidates=") for a in argv):  # the flag is the subcommand's own
+        return "candidates", argv
     for flag, name in FLAG_SUBCOMMANDS.items():
         if flag in argv:
             return name, [a for a in argv if a != flag]

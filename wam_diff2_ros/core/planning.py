@@ -19,10 +19,21 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from .camera import CameraFrame, CameraIntrinsics
+from .candidates import (
+    DEFAULT_CANDIDATE_TEMPERATURE,
+    DEFAULT_CANDIDATES,
+    Candidate,
+    answer_waypoints,
+    candidate_seed,
+    check_candidates,
+    choose,
+    generate_candidates,
+    row_temperatures,
+)
 from .confidence import generation_waypoint_probabilities, plan_confidence, waypoint_confidence
 from .engine.decoding import DecodeConfig
 from .image_preprocess import ImageInputError
@@ -94,9 +105,12 @@ class PlanningConfig:
     detection_categories: tuple[str, ...] = DEFAULT_DETECTION_CATEGORIES
     detection_max_new_tokens: int = 512
     vqa_max_new_tokens: int = 128
+    candidates: int = DEFAULT_CANDIDATES  # answers decoded per plan in one batch (core/candidates.py)
+    candidate_temperature: float = DEFAULT_CANDIDATE_TEMPERATURE  # sampling temperature of rows 1..
 
     def __post_init__(self) -> None:
         resolve_planning_template(self.template)  # raises ValueError with the reason
+        check_candidates(self.candidates, self.candidate_temperature)
         if self.num_waypoints < 1:
             raise ValueError(f"planning.num_waypoints must be >= 1, got {self.num_waypoints}")
         for name in ("waypoint_dt_s", "max_abs_coord_m", "max_step_m"):
@@ -143,6 +157,9 @@ class PlanResult:
     deadline_ms: float = 0.0  # the decoding deadline the plan was made under; 0 = none
     deadline_met: bool = True  # the plan was ready (decoded and parsed) within deadline_ms of its start
     early_tokens: int = 0  # tokens committed early to meet the deadline
+    # with planning.candidates > 1: every decoded answer (core/candidates.py) and which one this plan is (-1: none)
+    candidates: tuple[Candidate, ...] = field(default=(), repr=False)
+    chosen_candidate: int = -1
 
     @property
     def stamp_ns(self) -> int:
@@ -238,7 +255,53 @@ class InferencePipeline:
         decode = self.config.decode
         started_ns = time.monotonic_ns() if decode.deadline_ms > 0 else None
         prompt = self.planning_prompt(observation)
+        if self.config.candidates > 1:
+            return self._plan_candidates(observation, prompt, started_ns)
         generation, wall_s = _generate(self.engine, prompt, observation.images, decode, self.config.system, started_ns)
+        return self._plan_result(observation, prompt, generation, wall_s, started_ns)[0]
+
+    def _plan_candidates(self, observation: Observation, prompt: str, started_ns: int | None) -> PlanResult:
+        """``planning.candidates`` answers in one batch, each parsed and gated; the best valid one, with all of
+        them (core/candidates.py). The deadline bounds the whole batch."""
+        config = self.config
+        temperatures = row_temperatures(config.candidates, config.candidate_temperature)
+        decode = config.decode.with_overrides(seed=candidate_seed(observation.stamp_ns, config.decode.seed))
+        started = time.perf_counter()
+        try:
+            generations = generate_candidates(
+                self.engine, prompt, observation.images, temperatures, decode, config.system, started_ns
+            )
+        except ImageInputError as exc:
+            raise PlanningInputError(f"image rejected by the processor: {exc}") from exc
+        wall_s = time.perf_counter() - started
+        parsed = [self._plan_result(observation, prompt, g, wall_s, started_ns) for g in generations]
+        results = [result for result, _ in parsed]
+        candidates = tuple(
+            Candidate(
+                index=row,
+                temperature=temperatures[row],
+                valid=result.valid,
+                reason=result.reason,
+                score=result.confidence if result.valid else 0.0,
+                waypoints=result.waypoints or answer_waypoints(numbers, config.num_waypoints, config.waypoint_dt_s),
+                waypoint_confidence=result.waypoint_confidence,
+                raw_text=result.raw_text,
+            )
+            for row, (result, numbers) in enumerate(parsed)
+        )
+        chosen = choose(candidates)
+        if chosen is None:
+            reasons = "; ".join(f"#{c.index}: {c.reason}" for c in candidates)
+            return replace(
+                results[0], reason=f"no valid candidate of {len(candidates)} ({reasons})", candidates=candidates
+            )
+        return replace(results[chosen], candidates=candidates, chosen_candidate=chosen)
+
+    def _plan_result(
+        self, observation: Observation, prompt: str, generation: Any, wall_s: float, started_ns: int | None
+    ) -> tuple[PlanResult, tuple[float, ...]]:
+        """One decoded answer parsed, gated and timed, and the numbers the parser read."""
+        decode = self.config.decode
         text = str(generation.text)
         parsed = parse_waypoints(
             text,
@@ -257,7 +320,7 @@ class InferencePipeline:
         deadline_met = bool(getattr(generation, "deadline_met", True))
         if started_ns is not None:
             deadline_met = deadline_met and time.monotonic_ns() - started_ns <= decode.deadline_ms * 1e6
-        return PlanResult(
+        result = PlanResult(
             observation=observation,
             prompt=prompt,
             raw_text=text,
@@ -276,6 +339,7 @@ class InferencePipeline:
             deadline_met=deadline_met,
             early_tokens=int(getattr(generation, "early_tokens", 0)),
         )
+        return result, parsed.numbers
 
     def detect(self, frame: CameraFrame, categories: Sequence[str] | None = None) -> DetectionResult:
         """Detect ``categories`` (default: the configured ones) in one frame."""

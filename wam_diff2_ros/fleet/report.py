@@ -17,6 +17,7 @@ from typing import Any
 
 from wam_diff2_ros.fleet.results import DONE, ODOMETRY_NAME, BagRecord, bags_root, write_json
 from wam_diff2_ros.replay import evaluation
+from wam_diff2_ros.replay.candidates import candidate_pairs, candidate_summary
 from wam_diff2_ros.replay.state import NoTrack
 
 LABELS = ("1s", "2s", "3s", "4s")
@@ -115,6 +116,7 @@ def build_report(out: Path, records: Sequence[BagRecord], settings: Mapping[str,
     data: list[BagData] = []
     worst_plans: list[dict[str, Any]] = []
     invalid_plans: list[dict[str, Any]] = []
+    candidate_plans: list[Any] = []  # (record, instant) of every bag, for the pooled candidate figures
     for record in records:
         entry: dict[str, Any] = {
             "name": record.name,
@@ -145,6 +147,9 @@ def build_report(out: Path, records: Sequence[BagRecord], settings: Mapping[str,
             ground_truth=bag.track is not None,
             links=_links(out, record.name),
         )
+        pairs = candidate_pairs(bag.predictions, metrics.get("instants", []))
+        entry["candidates"] = candidate_summary(pairs)
+        candidate_plans.extend(pairs)
         by_stamp = {r["stamp_ns"]: r for r in bag.predictions if r["status"] == "planned"}
         for instant in metrics.get("instants", []):
             source = by_stamp.get(instant["stamp_ns"], {})
@@ -190,6 +195,7 @@ def build_report(out: Path, records: Sequence[BagRecord], settings: Mapping[str,
                     for name, group in pooled["by_command"].items()
                 },
                 "by_speed": by_speed,
+                "candidates": candidate_summary(candidate_plans),
             },
             "bags": bags,
             "worst_bags": sorted(

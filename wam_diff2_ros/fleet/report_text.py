@@ -61,6 +61,14 @@ def markdown(report: Mapping[str, Any]) -> str:
         lines += markdown_table(
             ["speed", *METRIC_HEADER], [[band, *_metric_cells(m)] for band, m in pooled["by_speed"].items()]
         )
+    picked = pooled.get("candidates") or {}
+    if picked.get("candidates", 1) > 1:
+        lines += [
+            f"Candidates: {picked['candidates']} per plan; score (confidence) vs ADE 4 s Spearman "
+            f"{number(picked.get('score_spearman_vs_ade_4s'))} over {picked.get('scored_plans', 0)} plans; greedy "
+            f"rejected and a sampled candidate published {picked.get('greedy_rejected_sampled_published', 0)}x.",
+            "",
+        ]
     if pooled.get("invalid_reasons"):
         lines += [
             "Invalid plans by reason: "

@@ -78,6 +78,11 @@ def plan_record(index: int, t_ns: int, bag_start_ns: int, cycle: Any, wall_ms: f
         model=result.model,
         timing=_timing_dict(result.timing, wall_ms),
     )
+    if result.candidates:  # planning.candidates > 1: every answer of the batch and which one is this plan
+        record.update(
+            candidates=[candidate.as_record() for candidate in result.candidates],
+            chosen_candidate=result.chosen_candidate,
+        )
     return record
 
 

@@ -14,6 +14,7 @@ from wam_diff2_ros.core.parsing import parse_waypoints
 from wam_diff2_ros.core.planning import describe_decoding
 from wam_diff2_ros.core.tables import number
 from wam_diff2_ros.core.units import NS_PER_S
+from wam_diff2_ros.replay.candidates import candidate_pairs, candidate_summary
 from wam_diff2_ros.replay.confidence_analysis import confidence_analysis, decoding_summary
 from wam_diff2_ros.replay.errors import EXIT_BAG_DAMAGED, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NO_PLANS, EXIT_OK
 from wam_diff2_ros.replay.outputs import Outputs
@@ -151,6 +152,7 @@ def _plan_metrics(
     metrics["decoding"] = decoding_summary(planned)
     if track is not None and planned:
         metrics["confidence"] = confidence_analysis(planned, track)
+        metrics["candidates"] = candidate_summary(candidate_pairs(planned, instants))
     invalid_answers = [r["reason"] for r in planned if not r["valid"]]
     metrics["invalid_answer_reasons"] = dict(Counter(_reason_kind(reason) for reason in invalid_answers))
     metrics["invalid_by_rule"] = evaluation.invalid_by_rule(invalid_answers)
@@ -339,6 +341,14 @@ def _summary_text(topic_map: TopicMap, metrics: Mapping[str, Any], plots: Sequen
                 f"{name} ADE/FDE@4s {_pair(group, 'ade_4s', 'fde_4s')} m (n={group['count']})"
                 for name, group in by_command.items()
             )
+        )
+    picked = metrics.get("candidates") or {}
+    if picked.get("candidates", 1) > 1:
+        mean_valid = number(picked.get("mean_valid_candidates"), missing=NA)
+        lines.append(
+            f"candidates: {picked['candidates']} per plan, {mean_valid} valid on "
+            f"average; score vs ADE 4 s Spearman {number(picked.get('score_spearman_vs_ade_4s'), missing=NA)} "
+            f"(n={picked.get('scored_plans')}); chosen rows {picked.get('chosen_rows')}"
         )
     latency = metrics["latency_ms"]
     lines.append(

@@ -83,6 +83,17 @@ def plan_rows(
                 "predicted": _points(record.get("waypoints")),
                 "actual": actual,
                 "raw_text": (record.get("raw_text") or "")[:RAW_TEXT_CHARS],
+                "candidates": [
+                    {
+                        "index": c["index"],
+                        "valid": c["valid"],
+                        "score": _round(c["score"], 3),
+                        "reason": c["reason"],
+                        "points": _points(c["waypoints"]),
+                    }
+                    for c in record.get("candidates") or []
+                ],
+                "chosen": record.get("chosen_candidate"),
             }
         )
     return rows
@@ -124,6 +135,16 @@ def summary_items(metrics: Mapping[str, Any]) -> list[tuple[str, str]]:
             f"max {num(latency.get('max'), ' ms', 0)}",
         )
     )
+    picked = metrics.get("candidates") or {}
+    if picked.get("candidates", 1) > 1:
+        items.append(
+            (
+                "candidates",
+                f"{picked['candidates']} per plan, {num(picked.get('mean_valid_candidates'))} valid on average; "
+                f"score vs ADE 4 s Spearman {num(picked.get('score_spearman_vs_ade_4s'))} "
+                f"(n={picked.get('scored_plans', 0)})",
+            )
+        )
     items.append(("params hash", str(run.get("params_hash", ""))))
     return items
 

@@ -22,6 +22,7 @@ import colorsys
 import functools
 import math
 import zlib
+from collections.abc import Sequence
 from typing import Any
 
 from geometry_msgs.msg import Point, Pose, PoseStamped, Quaternion
@@ -146,16 +147,7 @@ def plan_trajectory(result: PlanResult, frame_id: str, msgs: Any, pose: EgoPose 
     trajectory = msgs.PlannedTrajectory()
     trajectory.header.stamp = ns_to_stamp(result.stamp_ns)
     trajectory.header.frame_id = frame_id
-    previous = (0.0, 0.0, 0.0)
-    for waypoint, moved in zip(result.waypoints, placed, strict=True):
-        point = msgs.TrajectoryPoint()
-        point.time_from_start = ns_to_duration(_offset_ns(waypoint.t))
-        point.pose = _pose(moved.x, moved.y, moved.yaw, z)
-        dt = waypoint.t - previous[2]
-        distance = math.hypot(waypoint.x - previous[0], waypoint.y - previous[1])
-        point.longitudinal_velocity_mps = float(distance / dt) if dt > 0 else 0.0
-        trajectory.points.append(point)
-        previous = (waypoint.x, waypoint.y, waypoint.t)
+    trajectory.points = trajectory_points(result.waypoints, placed, z, msgs)
     trajectory.valid = bool(result.valid)
     trajectory.invalid_reason = result.reason
     trajectory.raw_text = result.raw_text
@@ -173,7 +165,23 @@ def plan_trajectory(result: PlanResult, frame_id: str, msgs: Any, pose: EgoPose 
     trajectory.deadline_met = bool(result.deadline_met)
     trajectory.early_tokens = min(max(int(result.early_tokens), 0), 65535)
     trajectory.model = result.model
+    trajectory.chosen_candidate = result.chosen_candidate
     return trajectory
+
+
+def trajectory_points(waypoints: Sequence[Waypoint], placed: Sequence[Waypoint], z: float, msgs: Any) -> list[Any]:
+    """``TrajectoryPoint``s of ``waypoints`` (as answered, for the speeds) at their ``placed`` poses."""
+    points, previous = [], (0.0, 0.0, 0.0)
+    for waypoint, moved in zip(waypoints, placed, strict=True):
+        point = msgs.TrajectoryPoint()
+        point.time_from_start = ns_to_duration(_offset_ns(waypoint.t))
+        point.pose = _pose(moved.x, moved.y, moved.yaw, z)
+        dt = waypoint.t - previous[2]
+        distance = math.hypot(waypoint.x - previous[0], waypoint.y - previous[1])
+        point.longitudinal_velocity_mps = float(distance / dt) if dt > 0 else 0.0
+        points.append(point)
+        previous = (waypoint.x, waypoint.y, waypoint.t)
+    return points
 
 
 def _unit(value: float) -> float:

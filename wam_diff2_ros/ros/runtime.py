@@ -53,7 +53,7 @@ from wam_diff2_ros.core.turn_signal import TurnSignalHold
 from wam_diff2_ros.core.units import NS_PER_MS
 from wam_diff2_ros.viewer.scene import PlanUpdate
 
-from . import autoware, conversions, outputs
+from . import autoware, candidate_outputs, conversions, outputs
 from .debug_image import draw_debug_image
 from .params import NodeConfig
 
@@ -316,7 +316,8 @@ class PlannerRuntime:
             assert pose is not None
             trajectory = autoware.trajectory_msg(points, pose.frame_id, result.stamp_ns, self.autoware_msgs)
             cycle.autoware_trajectory = trajectory
-            cycle.autoware_candidates = autoware.candidates_msg([(trajectory, result.confidence)], self.autoware_msgs)
+            scored = [(trajectory, result.confidence), *self._autoware_other_candidates(result)]
+            cycle.autoware_candidates = autoware.candidates_msg(scored, self.autoware_msgs)
         if self.config.debug_image if debug_image is None else debug_image:
             cycle.debug_image = self._debug_image(result.observation.front, plan=result)
         return cycle
@@ -332,6 +333,20 @@ class PlannerRuntime:
             return trajectory_points(fixed, pose, speed, self.config.wheelbase_m), ""
         except TrajectoryError as exc:
             return (), f"no Autoware trajectory: {exc}"
+
+    def _autoware_other_candidates(self, result: PlanResult) -> list[tuple[Any, float]]:
+        """The Autoware trajectories of the batch's other valid candidates with their scores (a candidate the
+        kinematic gate rejected, or one that makes no finite trajectory, is not offered to a ranker)."""
+        pose = result.observation.ego_pose
+        others = []
+        for candidate in result.candidates:
+            if candidate.index == result.chosen_candidate or not candidate.valid or pose is None:
+                continue
+            points, problem = self._autoware_points(replace(result, waypoints=candidate.waypoints))
+            if not problem:
+                trajectory = autoware.trajectory_msg(points, pose.frame_id, result.stamp_ns, self.autoware_msgs)
+                others.append((trajectory, candidate.score))
+        return others
 
     def _plan_messages(self, cycle: PlanCycle, result: PlanResult) -> None:
         """Path, trajectories and markers of ``result`` in planning.frame_id and in the odometry's frame."""
@@ -363,6 +378,15 @@ class PlannerRuntime:
         cycle.markers = outputs.plan_markers(
             main, main_frame, config.marker_lifetime_s, config.planning.num_waypoints, main_pose
         )
+        if config.planning.candidates > 1:  # every candidate of the batch (ros/candidate_outputs.py)
+            placed = ((cycle.trajectory, main_pose), (cycle.trajectory_fixed if pose is not None else None, pose))
+            for trajectory, trajectory_pose in placed:
+                if trajectory is not None:
+                    candidate_outputs.add_candidates(trajectory, result, self.msgs, trajectory_pose)
+            faint = candidate_outputs.candidate_markers(
+                main, main_frame, config.marker_lifetime_s, config.planning.candidates, main_pose
+            )
+            cycle.markers.markers.extend(faint.markers)
 
     def detect(self, now_ns: int, debug_image: bool | None = None) -> DetectionCycle:
         """Detect on the latest frame of the detection camera (engine errors propagate)."""

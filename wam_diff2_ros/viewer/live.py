@@ -398,6 +398,28 @@ class LiveView:
             texts=texts,
         )
         entities = [entity]
+        if frame.candidates:  # the unpublished candidates of a batch, faint
+            entities.append(
+                SceneEntity(
+                    timestamp=stamp,
+                    frame_id=frame_id,
+                    id="candidates",
+                    frame_locked=not fixed,
+                    lines=[
+                        LinePrimitive(
+                            type=LinePrimitiveLineType.LineStrip,
+                            pose=Pose(position=Vector3(x=0.0, y=0.0, z=0.0), orientation=identity),
+                            thickness=0.12,
+                            points=[
+                                Point3(x=x, y=y, z=0.03) for x, y in [origin, *(c.points_fixed if fixed else c.points)]
+                            ],
+                            color=_color(c.color),
+                        )
+                        for c in frame.candidates
+                        if (c.points_fixed if fixed else c.points)
+                    ],
+                )
+            )
         if fixed:
             path = [(x, y) for f, x, y in self._ego_path if f == frame_id]
             if len(path) >= 2:

@@ -45,6 +45,22 @@ class PlanUpdate:
     delay_name: str = "end_to_end_ms"
 
 
+#: Candidate plans (planning.candidates > 1) not published: faint, by validity.
+CANDIDATE_COLORS: dict[bool, Rgba] = {True: (0.3, 0.85, 0.45, 0.35), False: (0.95, 0.25, 0.2, 0.25)}
+
+
+@dataclass(frozen=True)
+class CandidateLine:
+    """A candidate plan that was not published, drawn faintly: its row, validity and waypoints (base_link and the
+    odometry's frame)."""
+
+    index: int
+    valid: bool
+    points: tuple[tuple[float, float], ...]
+    points_fixed: tuple[tuple[float, float], ...]
+    color: Rgba
+
+
 @dataclass(frozen=True)
 class ViewFrame:
     """The drawable content of one :class:`PlanUpdate`."""
@@ -59,6 +75,7 @@ class ViewFrame:
     ego_pose: tuple[float, float, float] | None  # x, y, yaw of base_link in fixed_frame
     waypoints_fixed: tuple[tuple[float, float], ...]
     info: dict[str, Any] = field(default_factory=dict)
+    candidates: tuple[CandidateLine, ...] = ()  # the unpublished candidates of a batch
 
 
 def confidence_color(value: float) -> Rgba:
@@ -130,4 +147,25 @@ def view_frame(update: PlanUpdate) -> ViewFrame:
         "raw_text": result.raw_text,
         "camera_frame": observation.front.frame_id or f"{observation.front.camera}_optical",
     }
-    return ViewFrame(result.stamp_ns, status, reason, waypoints, colors, confidence, fixed_frame, ego, fixed, info)
+    lines = candidate_lines(result)
+    if result.candidates:
+        info["chosen_candidate"] = result.chosen_candidate
+        info["candidates"] = [
+            {k: v for k, v in c.as_record().items() if k != "waypoint_confidence"} for c in result.candidates
+        ]
+    return ViewFrame(
+        result.stamp_ns, status, reason, waypoints, colors, confidence, fixed_frame, ego, fixed, info, lines
+    )
+
+
+def candidate_lines(result: PlanResult) -> tuple[CandidateLine, ...]:
+    """The candidates of ``result`` other than the published plan, with waypoints to draw."""
+    pose = result.observation.ego_pose
+    lines = []
+    for candidate in result.candidates:
+        if (candidate.index == result.chosen_candidate and result.valid) or not candidate.waypoints:
+            continue
+        points = tuple((float(w.x), float(w.y)) for w in candidate.waypoints)
+        fixed = tuple(pose.transform(x, y)[:2] for x, y in points) if pose is not None else ()
+        lines.append(CandidateLine(candidate.index, candidate.valid, points, fixed, CANDIDATE_COLORS[candidate.valid]))
+    return tuple(lines)

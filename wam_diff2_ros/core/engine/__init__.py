@@ -155,6 +155,24 @@ class Engine:
         conversation = build_messages(prompt, list(images), system=system)
         return self.generate_conversations([conversation], decode, started_ns=started_ns)[0]
 
+    def generate_candidates(
+        self,
+        prompt: str,
+        images: Sequence[Any] = (),
+        temperatures: Sequence[float] = (0.0,),
+        decode: DecodeConfig | None = None,
+        system: str | None = None,
+        started_ns: int | None = None,
+    ) -> list[Generation]:
+        """One answer per entry of `temperatures` to one prompt, decoded as one batch after one prefill (the
+        prompt's cache broadcast to every row; row temperature 0: the greedy answer); seed, top-k / top-p and the
+        deadline (for the whole batch) from `decode`."""
+        from ..prompts import build_messages
+
+        conversation = build_messages(prompt, list(images), system=system)
+        rows = tuple(float(t) for t in temperatures)
+        return self.generate_conversations([conversation], decode, started_ns=started_ns, row_temperatures=rows)
+
     def generate_conversations(
         self,
         conversations: Sequence[list[dict[str, Any]]],
@@ -163,12 +181,13 @@ class Engine:
         observe: Callable[[str], None] | None = None,
         started_ns: int | None = None,
         clock: Clock | None = None,
+        row_temperatures: tuple[float, ...] | None = None,
     ) -> list[Generation]:
         """Decode a batch of chats (message lists with text/image content items) together.
 
         `observe` is passed to the decoder (told each decoding phase as it starts; for instruments). A deadline
         (`decode.deadline_ms`) counts from `started_ns` on `clock` (ns; `time.monotonic_ns`; default: now, before
-        preprocessing).
+        preprocessing). `row_temperatures`: one conversation decoded once per temperature (`generate_candidates`).
         """
         if not conversations:
             return []
@@ -201,6 +220,7 @@ class Engine:
                     clock=clock,
                     expected_blocks=self._answer_blocks.get(config.num_blocks),
                     runners=self.runners,
+                    row_temperatures=row_temperatures,
                 )
             self._answer_blocks[config.num_blocks] = len(output.steps_per_block)
             return self._collect(output, inputs, preprocess_s)
@@ -210,6 +230,7 @@ class Engine:
         results = []
         lengths = inputs.attention_mask.sum(dim=1).tolist()
         for row, token_ids in enumerate(output.token_ids):
+            prompt = row if row < len(lengths) else 0  # candidate rows share the one prompt
             results.append(
                 Generation(
                     text=self.processor.decode(token_ids),
@@ -218,9 +239,9 @@ class Engine:
                     steps_per_block=list(output.steps_per_block),
                     finished=bool(output.finished[row]),
                     timing=timing,
-                    num_prompt_tokens=int(lengths[row]),
-                    num_image_tokens=int(inputs.num_image_tokens[row]),
-                    prompt_text=inputs.prompt_texts[row],
+                    num_prompt_tokens=int(lengths[prompt]),
+                    num_image_tokens=int(inputs.num_image_tokens[prompt]),
+                    prompt_text=inputs.prompt_texts[prompt],
                     token_confidence=list(output.token_confidence[row]),
                     decode_raw=self.processor.decode_raw,
                     early_tokens=int(output.early_tokens[row]),

@@ -33,6 +33,7 @@ from ..timing import StageTiming
 from ..tokens import EOS_TOKEN_ID, MASK_TOKEN_ID
 from .deadline import Clock, DeadlineBudget, NoDeadline, blocks_to_share, deadline_for
 from .observers import StageClock, TokenConfidence
+from .sampling import RowSampling, SamplingParams
 from .selection import Runners
 
 ENGINES = ("auto", "exact", "fast", "fused")  # what each one runs: selection.py
@@ -189,6 +190,7 @@ def block_diffusion_decode(
     clock: Clock | None = None,
     expected_blocks: int | None = None,
     runners: Runners | None = None,
+    row_temperatures: tuple[float, ...] | None = None,
 ) -> DecodeOutput:
     """Decode a (padded) prompt batch with block diffusion; see the module docstring.
 
@@ -199,6 +201,10 @@ def block_diffusion_decode(
     backbone's runners kept across decodes (None builds them for this call). With `config.deadline_ms` > 0 the steps
     are compressed to finish by `started_ns + deadline_ms` on `clock` (deadline.py), the time shared among
     `expected_blocks` blocks (default: every block up to `max_new_tokens`); without one the clock is not read.
+
+    `row_temperatures` (candidate batches, core/candidates.py): a one-prompt batch is prefilled once, its cache
+    broadcast to one row per temperature, and each row sampled at its own temperature (`sampling.RowSampling`;
+    top-k / top-p and the seed from `config`); a row at 0 gives the prompt's greedy answer.
     """
     device = input_ids.device
     batch, prompt_len = input_ids.shape
@@ -215,7 +221,17 @@ def block_diffusion_decode(
     prompt_positions, rope_deltas = backbone.rope_index(input_ids, attention_mask, image_grid_thw)
     stages.announce("prefill")
     capacity = prompt_len + num_blocks * block_size
-    stages.prefilled(runner.prefill(input_ids, prompt_mask, prompt_positions, pixel_values, image_grid_thw, capacity))
+    vision_s = runner.prefill(input_ids, prompt_mask, prompt_positions, pixel_values, image_grid_thw, capacity)
+    sampling: SamplingParams = config
+    if row_temperatures is not None:  # candidate rows: the one prefilled prompt broadcast to every row
+        if batch != 1:
+            raise ValueError(f"row_temperatures need a one-prompt batch, got {batch} prompts")
+        batch = len(row_temperatures)
+        runner.expand(batch, prompt_len)
+        full_mask = full_mask.expand(batch, -1, -1, -1)
+        rope_deltas = rope_deltas.expand(batch, -1)
+        sampling = RowSampling(tuple(float(t) for t in row_temperatures), config.top_k, config.top_p)
+    stages.prefilled(vision_s)
 
     response = torch.full((batch, num_blocks * block_size), mask_id, dtype=input_ids.dtype, device=device)
     confidences = TokenConfidence(batch, num_blocks * block_size, block_size, device)
@@ -251,7 +267,7 @@ def block_diffusion_decode(
                     break
                 deadline.begin_step()
                 proposal, confidence = runner.propose(
-                    tokens, positions, step_mask, block_start, rows, config, generator
+                    tokens, positions, step_mask, block_start, rows, sampling, generator
                 )
                 transfer = select_transfers(
                     config.remasking_strategy, masked, confidence, schedule[step], config.confidence_threshold, finished

@@ -43,7 +43,7 @@ from . import triton_kernels
 from .cpu_kernels import ExactLinears, ExactRowLogits
 from .fused import FusedStepOps
 from .runners import ALL_ROWS, AllRows, OpenRows
-from .sampling import SamplingParams, draw_uniform, sample_tokens
+from .sampling import RowSampling, SamplingParams, draw_uniform, sample_batch, sample_flat, sample_tokens
 
 LOG = logging.getLogger(__name__)
 
@@ -86,6 +86,17 @@ class StaticKVCache:
         keys.index_copy_(2, positions, key_states)
         values.index_copy_(2, positions, value_states)
         return keys[:, :, : self.attend], values[:, :, : self.attend]
+
+    def fill_rows(self, source: StaticKVCache, rows: int, length: int) -> None:
+        """Slots [0, length) of every one of `rows` rows := those of `source`'s one row (allocating as needed)."""
+        for layer, (keys, values) in enumerate(zip(source.keys, source.values, strict=True)):
+            if layer == len(self.keys):
+                _, heads, _, head_dim = keys.shape
+                shape = (rows, heads, self.capacity, head_dim)
+                self.keys.append(torch.zeros(shape, dtype=keys.dtype, device=keys.device))
+                self.values.append(torch.zeros(shape, dtype=values.dtype, device=values.device))
+            self.keys[layer][:, :, :length].copy_(keys[:1, :, :length].expand(rows, -1, -1, -1))
+            self.values[layer][:, :, :length].copy_(values[:1, :, :length].expand(rows, -1, -1, -1))
 
     def get_seq_length(self, layer_idx: int | None = 0) -> int:
         """Slots before the ones being written (transformers only uses it when no positions are given)."""
@@ -211,7 +222,7 @@ class FastRunner:
     def _sample(self, logits: torch.Tensor, sampling: SamplingParams, uniform) -> tuple[torch.Tensor, torch.Tensor]:
         if self.triton_fused and sampling.temperature == 0:  # tier 2: one pass over the logits (not bit-identical)
             return triton_kernels.argmax_probability(logits)
-        return sample_tokens(logits, sampling.temperature, sampling.top_k, sampling.top_p, uniform=uniform)
+        return sample_batch(logits, sampling, uniform=uniform)
 
     def propose(self, tokens, positions, mask, block_start: int, rows: OpenRows, sampling: SamplingParams, generator):
         """Per position a proposal and its probability; on CPU the output layer runs on masked rows only."""
@@ -229,12 +240,26 @@ class FastRunner:
         if logits is None:  # no exact row kernel here: every row, as the exact engine computes them
             return self._sample(self.backbone.output_logits(hidden), sampling, uniform)
         chosen = None if uniform is None else uniform.index_select(0, rows)
-        sampled, probs = sample_tokens(
-            logits.unsqueeze(0), sampling.temperature, sampling.top_k, sampling.top_p, uniform=chosen
-        )
+        if isinstance(sampling, RowSampling):  # candidate rows: each at its own temperature
+            sampled, probs = sample_flat(logits, (rows // length).tolist(), sampling, chosen)
+        else:
+            sampled, probs = sample_tokens(
+                logits.unsqueeze(0), sampling.temperature, sampling.top_k, sampling.top_p, uniform=chosen
+            )
         proposal = tokens.reshape(-1).index_copy(0, rows, sampled.reshape(-1).to(tokens.dtype))
         confidence = torch.zeros(total, dtype=probs.dtype, device=probs.device).index_copy_(0, rows, probs.reshape(-1))
         return proposal.view(batch, length), confidence.view(batch, length)
+
+    def expand(self, rows: int, prompt_len: int) -> None:
+        """Broadcast the one-row prompt cache to `rows` rows: a cache for the batch (with CUDA graphs the bucket's)
+        whose first `prompt_len` slots are the prompt's keys/values in every row."""
+        assert self.cache is not None
+        source = self.cache
+        if self.graphs is not None and self.graphs.enabled:
+            self.cache = self.graphs.cache_for(rows, source.capacity)
+        else:
+            self.cache = StaticKVCache(source.capacity)
+        self.cache.fill_rows(source, rows, prompt_len)
 
     def commit(self, tokens, positions, mask, block_start: int) -> None:
         """Write a finished block into its slots (no output layer; with CUDA graphs: the step's replay)."""

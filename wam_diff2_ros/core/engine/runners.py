@@ -15,7 +15,7 @@ from typing import Any, Protocol
 import torch
 
 from ..model import BlockDiffusionBackbone
-from .sampling import SamplingParams, sample_tokens
+from .sampling import SamplingParams, sample_batch
 
 
 @dataclass(frozen=True)
@@ -64,6 +64,11 @@ class Runner(Protocol):
         """Write a finished block into the cache."""
         ...
 
+    def expand(self, rows: int, prompt_len: int) -> None:
+        """Broadcast a one-row prefilled cache (its first `prompt_len` slots) to `rows` rows: candidate batches
+        decode one prompt `rows` times after one prefill."""
+        ...
+
 
 class ExactRunner:
     """Executes denoising steps as the reference does: a `DynamicCache` grown and cropped, logits for every row."""
@@ -85,8 +90,12 @@ class ExactRunner:
     def propose(self, tokens, positions, mask, block_start: int, rows: OpenRows, sampling: SamplingParams, generator):
         """Per position a proposal and its probability for the block `tokens`."""
         logits = self.backbone.step_logits(tokens, positions, mask, self.cache)
-        return sample_tokens(logits, sampling.temperature, sampling.top_k, sampling.top_p, generator=generator)
+        return sample_batch(logits, sampling, generator=generator)
 
     def commit(self, tokens, positions, mask, block_start: int) -> None:
         """Write a finished block into the cache."""
         self.backbone.commit(tokens, positions, mask, self.cache)
+
+    def expand(self, rows: int, prompt_len: int) -> None:
+        """Repeat the one-row prompt cache for `rows` rows (the `DynamicCache`'s own batch repeat)."""
+        self.cache.batch_repeat_interleave(rows)

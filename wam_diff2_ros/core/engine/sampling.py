@@ -6,6 +6,7 @@ proposals are taken live in decoding.py.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Protocol
 
 import torch
@@ -96,3 +97,71 @@ def sample_tokens(
 def draw_uniform(count: int, dtype: torch.dtype, device: torch.device, generator: torch.Generator | None):
     """The sampler's uniform draws for `count` positions ([count, 1]), one per position, in position order."""
     return torch.rand(count, 1, device=device, dtype=dtype, generator=generator)
+
+
+@dataclass(frozen=True)
+class RowSampling:
+    """Sampling with one temperature per batch row (candidate batches: row 0 greedy, the others sampled);
+    top-k / top-p shared. Each row follows `sample_tokens`' rules at its own temperature, with its own positions'
+    uniform draws out of one draw per position of the whole batch (drawn when any row samples)."""
+
+    row_temperatures: tuple[float, ...]
+    top_k: int = 0
+    top_p: float = 1.0
+
+    @property
+    def temperature(self) -> float:
+        """Nonzero when any row samples (then the step draws its uniforms)."""
+        return max(self.row_temperatures)
+
+
+def _groups(sampling: RowSampling, row_of: list[int]) -> list[tuple[float, list[int]]]:
+    """Positions by their row's temperature (position i lies in batch row `row_of[i]`)."""
+    groups: dict[float, list[int]] = {}
+    for position, row in enumerate(row_of):
+        groups.setdefault(float(sampling.row_temperatures[row]), []).append(position)
+    return list(groups.items())
+
+
+def _take(values: torch.Tensor, index: list[int]) -> torch.Tensor:
+    """`values` at `index` along dim 0: a view for a contiguous run of indices, else a copy."""
+    if index == list(range(index[0], index[0] + len(index))):
+        return values[index[0] : index[0] + len(index)]
+    return values.index_select(0, torch.tensor(index, device=values.device))
+
+
+def sample_batch(
+    logits: torch.Tensor,
+    sampling: SamplingParams,
+    generator: torch.Generator | None = None,
+    uniform: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`sample_tokens` over a block's logits [B, L, V] with `sampling`'s temperature, or per row with a
+    `RowSampling` (each row exactly as `sample_tokens` samples it alone at its temperature)."""
+    if not isinstance(sampling, RowSampling):
+        return sample_tokens(logits, sampling.temperature, sampling.top_k, sampling.top_p, generator, uniform)
+    batch, length, _ = logits.shape
+    if uniform is None and sampling.temperature != 0:
+        uniform = draw_uniform(batch * length, logits.dtype, logits.device, generator)
+    row_of = [row for row in range(batch) for _ in range(length)]
+    tokens, probs = sample_flat(logits.reshape(batch * length, -1), row_of, sampling, uniform)
+    return tokens.view(batch, length), probs.view(batch, length)
+
+
+def sample_flat(
+    logits: torch.Tensor, row_of: list[int], sampling: RowSampling, uniform: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per position of flat logits [M, V] (position i in batch row `row_of[i]`) its proposal and probability
+    ([M] each) at its row's temperature, as `sample_tokens` gives it; `uniform` [M, 1]: the positions' draws."""
+    count = logits.shape[0]
+    tokens = torch.empty(count, dtype=torch.int64, device=logits.device)
+    probs = torch.empty(count, dtype=logits.dtype, device=logits.device)
+    for temperature, chosen in _groups(sampling, row_of):
+        draws = None if temperature == 0 or uniform is None else _take(uniform, chosen)
+        group_tokens, group_probs = sample_tokens(
+            _take(logits, chosen).unsqueeze(0), temperature, sampling.top_k, sampling.top_p, uniform=draws
+        )
+        index = torch.tensor(chosen, device=logits.device)
+        tokens.index_copy_(0, index, group_tokens.reshape(-1))
+        probs.index_copy_(0, index, group_probs.reshape(-1))
+    return tokens, probs

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from wam_diff2_ros.core.acceleration import ACCELERATION_SOURCES, AccelerationFilterConfig
+from wam_diff2_ros.core.candidates import MAX_CANDIDATES
 from wam_diff2_ros.core.device_preprocess import PREPROCESS_MODES
 from wam_diff2_ros.core.engine.decoding import ENGINES, REMASKING_STRATEGIES, DecodeConfig, DecodeConfigError
 from wam_diff2_ros.core.kinematics import DEFAULT_KINEMATIC_LIMITS, KinematicLimits
@@ -281,6 +282,8 @@ def _read(reader: ValueReader, require_model: bool) -> NodeConfig:
             detection_categories=categories,
             detection_max_new_tokens=reader.integer("detection.max_new_tokens", 1),
             vqa_max_new_tokens=reader.integer("vqa.max_new_tokens", 1),
+            candidates=reader.integer("planning.candidates", 1, MAX_CANDIDATES),
+            candidate_temperature=reader.number("planning.candidate_temperature", minimum=0.0),
         )
     except (ValueError, DecodeConfigError) as exc:
         reader.fail_section("planning/detection", str(exc), before)

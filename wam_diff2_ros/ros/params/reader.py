@@ -74,8 +74,8 @@ class ValueReader:
         self.fail(name, f"expected true or false, got {value!r}")
         return bool(SPEC_BY_NAME[name].default)
 
-    def integer(self, name: str, minimum: int | None = None) -> int:
-        self.rules.setdefault(name, ParameterRule("integer", minimum=minimum))
+    def integer(self, name: str, minimum: int | None = None, maximum: int | None = None) -> int:
+        self.rules.setdefault(name, ParameterRule("integer", minimum=minimum, maximum=maximum))
         value = self.values[name]
         if isinstance(value, bool) or not isinstance(value, int):
             if isinstance(value, float) and value.is_integer():
@@ -85,6 +85,8 @@ class ValueReader:
                 return int(SPEC_BY_NAME[name].default)
         if minimum is not None and value < minimum:
             self.fail(name, f"must be >= {minimum}, got {value}")
+        if maximum is not None and value > maximum:
+            self.fail(name, f"must be <= {maximum}, got {value}")
         return int(value)
 
     def number(

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from wam_diff2_ros.core.acceleration import AccelerationFilterConfig
+from wam_diff2_ros.core.candidates import MAX_CANDIDATES
 from wam_diff2_ros.core.device_preprocess import DEFAULT_PREPROCESS, PREPROCESS_MODES
 from wam_diff2_ros.core.engine.decoding import ENGINES, REMASKING_STRATEGIES, DecodeConfig
 from wam_diff2_ros.core.image_preprocess import DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS
@@ -174,6 +175,17 @@ PARAMETER_SPECS: tuple[ParameterSpec, ...] = (
         "planning.min_confidence",
         _PLANNING.min_confidence,
         "a plan whose confidence (its least sure waypoint, in [0, 1]) is below this is not published; 0 = off",
+    ),
+    ParameterSpec(
+        "planning.candidates",
+        _PLANNING.candidates,
+        f"answers decoded per plan in one batch (row 0 greedy, others sampled), each gated and scored; the valid "
+        f"one with the highest confidence is published; 1 = one greedy plan; at most {MAX_CANDIDATES}",
+    ),
+    ParameterSpec(
+        "planning.candidate_temperature",
+        _PLANNING.candidate_temperature,
+        "sampling temperature of candidate rows 1.. (> 0 with planning.candidates > 1; top-k/top-p: decoding.*)",
     ),
     ParameterSpec("planning.num_waypoints", _PLANNING.num_waypoints, "waypoints the model answers with"),
     ParameterSpec("planning.waypoint_dt_s", _PLANNING.waypoint_dt_s, "time between waypoints (pose i at (i+1)·dt)"),
