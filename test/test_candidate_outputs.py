@@ -105,3 +105,32 @@ def test_bad_candidate_settings_are_refused_with_the_reason(changes, reason) -> 
         NodeConfig.from_parameters(values(**changes))
     current = {**NodeConfig.from_parameters(values()).values}
     assert any(reason in problem for problem in change_problems(current, changes))
+
+
+def test_every_valid_candidate_is_offered_to_autoware_under_one_generator() -> None:
+    pytest.importorskip("autoware_internal_planning_msgs", reason="autoware messages: run wam-diff2-build-interfaces")
+    runtime = PlannerRuntime(
+        NodeConfig.from_parameters(values(**{"planning.candidates": 3, "autoware.outputs": True})),
+        GreedyWrongEngine(),
+        lambda: T0,
+    )
+    for k in range(51):
+        stamp = T0 - (50 - k) * 20 * NS_PER_MS
+        odometry = Odometry()
+        odometry.header.stamp = ns_to_stamp(stamp)
+        odometry.header.frame_id, odometry.child_frame_id = "map", "base_link"
+        odometry.pose.pose.position.x, odometry.pose.pose.orientation.w = 100.0, 1.0
+        odometry.twist.twist.linear.x = 6.0
+        runtime.on_odometry(odometry, stamp)
+    runtime.on_command(String(data="straight"), T0)
+    runtime.on_image(0, rgb_image_msg(IMAGE, ns_to_stamp(T0)), T0)
+    cycle = runtime.plan(T0)
+    assert cycle.path is not None and cycle.result.chosen_candidate == 1
+    offered = cycle.autoware_candidates.candidate_trajectories
+    assert len(offered) == 2  # the two valid candidates; the greedy row the gate rejected is not offered
+    (generator,) = cycle.autoware_candidates.generator_info
+    assert all(list(c.generator_id.uuid) == list(generator.generator_id.uuid) for c in offered)
+    assert generator.generator_name.data == "wam_diff2"
+    first = [(p.pose.position.x, p.pose.position.y) for p in offered[0].points]
+    assert first == [(p.pose.position.x, p.pose.position.y) for p in cycle.autoware_trajectory.points]
+    assert all(len(c.points) == 9 and c.header.frame_id == "map" for c in offered)
