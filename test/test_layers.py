@@ -1,6 +1,6 @@
 """The package's layers, read from the source with ``ast`` (nothing is imported).
 
-core ← demo (model fixtures), viewer (live view) ← ros ← bag ← sim / replay / bench / infer ← demo.train ← cli
+core ← demo (model fixtures), viewer (live view) ← ros ← bag ← sim / replay / bench / infer ← drive, demo.train ← cli
 (interfaces stands alone): a module may import only from its own layer and the layers its row in :data:`ALLOWED`
 names, also inside functions; core, demo and viewer never import ROS; module-level imports between the package's
 modules form no cycle; the tests marked ``core`` (run again on the ROS-free transformers 4.57.3 environment by
@@ -32,12 +32,13 @@ ALLOWED: dict[str, set[str]] = {
     "sim": {"core", "bag", "sim"},
     "replay": {"core", "demo", "viewer", "ros", "bag", "replay"},
     "fleet": {"core", "demo", "viewer", "ros", "bag", "replay", "fleet"},
+    "drive": {"core", "demo", "viewer", "ros", "bag", "sim", "replay", "drive"},
     "demo.train": {"core", "demo", "sim", "demo.train"},
     "bench": {"core", "demo", "ros", "bench"},  # ros: the image-conversion and end-to-end benchmarks only
     "infer": {"core", "demo", "infer"},
     "interfaces": {"interfaces"},
     "cli": {
-        *("core", "demo", "viewer", "ros", "bag", "sim", "replay", "fleet"),
+        *("core", "demo", "viewer", "ros", "bag", "sim", "replay", "fleet", "drive"),
         *("demo.train", "bench", "infer", "interfaces", "cli"),
     },
 }

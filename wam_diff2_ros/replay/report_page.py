@@ -127,6 +127,12 @@ def summary_items(metrics: Mapping[str, Any]) -> list[tuple[str, str]]:
     return items
 
 
+def embed_json(data: Any) -> str:
+    """``data`` as JSON text safe inside a page's ``<script>`` element (it cannot end the element)."""
+    payload = json.dumps(data, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    return payload.replace("</", "<\\/")
+
+
 def write_report_page(
     path: Path,
     metrics: Mapping[str, Any],
@@ -147,8 +153,7 @@ def write_report_page(
         "error_curve": list(metrics.get("error_curve", [])),
         "rows": plan_rows(records, instants, track, horizons, metric_horizons),
     }
-    payload = json.dumps(data, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-    payload = payload.replace("</", "<\\/")  # the JSON cannot end its <script> element
+    payload = embed_json(data)
     template = resources.files("wam_diff2_ros.replay").joinpath(TEMPLATE).read_text(encoding="utf-8")
     title = html.escape(f"wam-diff2-replay: {run.get('model', '?')} on {Path(str(run.get('bag', '?'))).name}")
     page = template.replace("__TITLE__", title).replace("__DATA__", payload)
