@@ -199,3 +199,47 @@ def test_console_script_refuses_bad_scenarios_before_running(tmp_path: Path) -> 
         cwd=REPO,
     )
     assert run.returncode == 2 and "unknown key(s) ['speed']" in run.stderr
+
+
+def test_many_episodes_on_ray_workers_resume_and_pool(tmp_path: Path) -> None:
+    out = tmp_path / "fleet"
+    command = [
+        sys.executable,
+        "-m",
+        "wam_diff2_ros.cli.drive",
+        "all",
+        "--model",
+        "tiny",
+        "--out",
+        str(out),
+        "--duration",
+        "1.5",
+        "--latency-ms",
+        "200",
+        "--size",
+        "320x180",
+        "--workers",
+        "2",
+        "--no-video",
+    ]
+    names = [spec.name for spec in load_scenarios("all")][:3]
+    scenarios = tmp_path / "three.yaml"
+    import yaml
+
+    builtin = yaml.safe_load((REPO / "wam_diff2_ros/drive/scenarios.yaml").read_text())["scenarios"]
+    scenarios.write_text(yaml.safe_dump({"scenarios": [s for s in builtin if s["name"] in names]}))
+    command[3] = str(scenarios)
+    run = subprocess.run(command, capture_output=True, text=True, timeout=900, cwd=REPO)
+    assert run.returncode == 0, run.stderr[-3000:]
+    table = json.loads((out / "scores.json").read_text())
+    assert [row["scenario"] for row in table["episodes"]] == names
+    assert all(row["plans_valid"] == 0 for row in table["episodes"])  # the tiny model never plans validly
+    assert set(table["mean"]) >= {"pdms", "nc", "dac", "ep", "ttc", "c"}
+    for name in names:
+        assert (out / name / "score.json").is_file() and (out / name / "episode" / "metadata.yaml").is_file()
+    (out / names[1] / "score.json").unlink()  # as if interrupted there
+    again = subprocess.run(command, capture_output=True, text=True, timeout=900, cwd=REPO)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"{names[0]}: done before, kept" in again.stderr and f"{names[2]}: done before, kept" in again.stderr
+    assert f"{names[1]}: running" in again.stderr
+    assert len(json.loads((out / "scores.json").read_text())["episodes"]) == 3

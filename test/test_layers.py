@@ -32,7 +32,7 @@ ALLOWED: dict[str, set[str]] = {
     "sim": {"core", "bag", "sim"},
     "replay": {"core", "demo", "viewer", "ros", "bag", "replay"},
     "fleet": {"core", "demo", "viewer", "ros", "bag", "replay", "fleet"},
-    "drive": {"core", "demo", "viewer", "ros", "bag", "sim", "replay", "drive"},
+    "drive": {"core", "demo", "viewer", "ros", "bag", "sim", "replay", "fleet", "drive"},
     "demo.train": {"core", "demo", "sim", "demo.train"},
     "bench": {"core", "demo", "ros", "bench"},  # ros: the image-conversion and end-to-end benchmarks only
     "infer": {"core", "demo", "infer"},

@@ -46,6 +46,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-bag", action="store_true", help="do not write the MCAP")
     parser.add_argument("--no-video", action="store_true", help="do not write bev.mp4")
     parser.add_argument("--overwrite", action="store_true", help="replace outputs (and rerun finished episodes)")
+    parser.add_argument("--workers", type=int, help="run the episodes on this many Ray workers (the fleet's Ray)")
+    parser.add_argument(
+        "--ray-address", help="join this Ray cluster ('auto', ray://host:port) instead of an embedded one"
+    )
     parser.add_argument("--list", action="store_true", help="list the scenarios and exit")
     parser.add_argument("--bench", action="store_true", help="print the renderer's and the episode's timing")
     return parser
@@ -119,6 +123,10 @@ def _run(prog: str, args: argparse.Namespace, specs: list, options: EpisodeOptio
     from wam_diff2_ros.drive.run import run_episode
     from wam_diff2_ros.ros.node import load_engine
 
+    if args.workers is not None:
+        if args.workers < 1:
+            raise DriveUsageError("--workers must be >= 1")
+        return _run_ray(args, specs, options)
     if args.bench:
         render = bench_renderer(specs[0], options.width, options.height)
         print(bench_text(render, None, options.width, options.height), end="", flush=True)
@@ -145,6 +153,17 @@ def _run(prog: str, args: argparse.Namespace, specs: list, options: EpisodeOptio
             )
         return result.exit_code
     _rows, code = run_many(specs, options, config, engine)
+    print((options.out / "scores.md").read_text(encoding="utf-8"), end="")
+    return code
+
+
+def _run_ray(args: argparse.Namespace, specs: list, options: EpisodeOptions) -> int:
+    from wam_diff2_ros.drive.fleet import run_on_ray
+    from wam_diff2_ros.replay.settings import parse_set
+
+    _rows, code = run_on_ray(
+        specs, options, args.model, args.device, parse_set(args.set), args.workers, args.ray_address
+    )
     print((options.out / "scores.md").read_text(encoding="utf-8"), end="")
     return code
 
