@@ -243,3 +243,56 @@ def test_many_episodes_on_ray_workers_resume_and_pool(tmp_path: Path) -> None:
     assert f"{names[0]}: done before, kept" in again.stderr and f"{names[2]}: done before, kept" in again.stderr
     assert f"{names[1]}: running" in again.stderr
     assert len(json.loads((out / "scores.json").read_text())["episodes"]) == 3
+
+
+def test_report_page_in_chromium(tmp_path: Path) -> None:
+    """The episode's report.html in the system Chromium: no errors, no network, the plans listed, the ego's path
+    drawn, a clicked plan highlighted; a scenario name that tries to end the data's script element stays text."""
+    from test_report_page import CHROMIUM, FLAGS
+
+    if CHROMIUM is None:
+        pytest.skip("no Chromium installed (apt-get install chromium)")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright missing (pip install '.[report-test]')")
+    from wam_diff2_ros.drive.report import write_report
+
+    spec = replace(load_scenarios("left_r20")[0], name="turn </script><b>x", duration_s=8.0)
+    episode, score = _run_route_engine(spec, tmp_path / "run")
+    document = {
+        "scenario": {"name": spec.name, "seed": spec.seed},
+        "score": score,
+        "plans": episode.summary(),
+        "stop_reason": episode.stop_reason,
+        "simulated_s": episode.trace.t[-1],
+        "wall_s": 1.0,
+        "model": "route-engine",
+    }
+    page_path = write_report(tmp_path / "report.html", document, episode)
+    errors: list[str] = []
+    requests: list[str] = []
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
+        page = browser.new_page(viewport={"width": 1200, "height": 900})
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.route("http*://**/*", lambda route: (requests.append(route.request.url), route.abort()))
+        page.goto(page_path.resolve().as_uri())
+        page.wait_for_selector("body[data-ready=true]")
+        assert page.inner_text("#title") == "wam-diff2-drive: turn </script><b>x (seed 5004)"
+        assert page.locator("#plans tr").count() == len(episode.plans) + 1
+        assert page.locator("#windows tr").count() == len(score["windows"]) + 1
+
+        def count(rgb: tuple[int, int, int]) -> int:
+            return page.evaluate(
+                """(rgb) => { const c = document.getElementById('bev'), d = c.getContext('2d').getImageData(0, 0,
+                c.width, c.height).data; let n = 0; for (let i = 0; i < d.length; i += 4) if (d[i] === rgb[0] &&
+                d[i + 1] === rgb[1] && d[i + 2] === rgb[2]) n++; return n; }""",
+                list(rgb),
+            )
+
+        assert count((255, 204, 0)) > 100  # the ego's path
+        assert count((255, 0, 255)) == 0
+        assert episode.plans[4].valid
+        page.locator("#plans tr").nth(5).click()  # the header, then plan 0 ...
+        assert count((255, 0, 255)) > 20  # the clicked plan, highlighted
+        browser.close()
+    assert errors == [] and requests == []

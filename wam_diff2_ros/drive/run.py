@@ -75,7 +75,7 @@ def run_episode(
         episode.run(recorder)
     except KeyboardInterrupt:
         interrupted = True
-        episode.stop_reason = "interrupted (Ctrl-C)"
+        episode.stop_reason = "interrupted (Ctrl-C or SIGTERM)"
     finally:
         recorder.close()
     wall_s = time.perf_counter() - wall_start
