@@ -50,6 +50,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--ray-address", help="join this Ray cluster ('auto', ray://host:port) instead of an embedded one"
     )
+    parser.add_argument(
+        "--dds",
+        action="store_true",
+        help="be the simulator node: plan with the planner node "
+        "over DDS (/clock, sensor topics; the node needs use_sim_time and planning.rate_hz 0)",
+    )
     parser.add_argument("--list", action="store_true", help="list the scenarios and exit")
     parser.add_argument("--bench", action="store_true", help="print the renderer's and the episode's timing")
     return parser
@@ -86,7 +92,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise DriveUsageError(f"--size {args.size}: expected WIDTHxHEIGHT within 64x48 .. 4096x4096")
         if args.latency_ms is not None and not 0 <= args.latency_ms <= 10000:
             raise DriveUsageError("--latency-ms must be in [0, 10000]")
-        config = node_config(args.model, args.device, parse_set(args.set))
+        overrides = parse_set(args.set)
+        if args.dds:
+            overrides["planning.rate_hz"] = 0.0  # the planner node plans on each image; the simulator picks
+        config = node_config(args.model, args.device, overrides)
     except (ScenarioError, DriveUsageError, ReplayUsageError) as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -94,6 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{prog}: error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_MODEL
     options = EpisodeOptions(
+        dds=args.dds,
         out=args.out,
         latency_ms=args.latency_ms,
         width=int(width),
@@ -123,6 +133,8 @@ def _run(prog: str, args: argparse.Namespace, specs: list, options: EpisodeOptio
     from wam_diff2_ros.drive.run import run_episode
     from wam_diff2_ros.ros.node import load_engine
 
+    if args.dds:
+        return _run_dds(prog, specs, options, config)
     if args.workers is not None:
         if args.workers < 1:
             raise DriveUsageError("--workers must be >= 1")
@@ -166,6 +178,25 @@ def _run_ray(args: argparse.Namespace, specs: list, options: EpisodeOptions) -> 
     )
     print((options.out / "scores.md").read_text(encoding="utf-8"), end="")
     return code
+
+
+def _run_dds(prog: str, specs: list, options: EpisodeOptions, config: object) -> int:
+    """The simulator as a ROS node beside the planner node (one scenario)."""
+    import rclpy
+
+    from wam_diff2_ros.drive.run import run_episode
+
+    if len(specs) != 1:
+        raise DriveUsageError("--dds runs one scenario")
+    rclpy.init()
+    try:
+        result = run_episode(specs[0], options, config, None)
+    finally:
+        if rclpy.ok():
+            rclpy.shutdown()
+    terms = result.score["score"]
+    print(f"{specs[0].name} (DDS): PDMS {_f(terms.get('pdms'))}; {result.score['stop_reason']}")
+    return result.exit_code
 
 
 def _f(value: object) -> str:

@@ -61,6 +61,8 @@ class EpisodeOptions:
     video: bool = True
     report: bool = True
     start_ns: int = DEFAULT_START_NS
+    dds: bool = False  # the planner node over DDS (drive/dds.py) instead of the runtime in this process
+    dds_wait_s: float = 120.0  # DDS: how long to wait for the planner node (start, each plan)
 
 
 @dataclass
@@ -163,6 +165,7 @@ class Episode:
             INTERRUPTS.check()
             now_ns = self.options.start_ns + k * TICK_NS
             self._now_ns = now_ns
+            self._tick(now_ns)
             t = self._t(now_ns)
             state = self.vehicle.state
             yaw_rate = self.vehicle.yaw_rate()
@@ -213,6 +216,9 @@ class Episode:
             self.stop_reason = f"the scenario's {self.spec.duration_s:g} s are over"
         return self.stop_reason
 
+    def _tick(self, now_ns: int) -> None:
+        """Each step's start (the DDS mode publishes /clock here)."""
+
     def _camera(self, now_ns: int, state: VehicleState, near_s: float) -> None:
         started = time.perf_counter()
         s, _ = self.world.frenet(state.x, state.y, near_s)
@@ -256,27 +262,41 @@ class Episode:
                 PlanRecord(len(self.plans), self._t(now_ns), None, False, reason, latency_ns / 1e6, effective_s)
             )
             return
-        stamp_s = self._t(result.stamp_ns)
-        record = PlanRecord(
-            len(self.plans),
-            self._t(now_ns),
-            stamp_s,
+        waypoints = [(w.t, w.x, w.y) for w in result.waypoints] if result.valid else []
+        self._accept(
+            now_ns,
+            latency_ns,
+            result.stamp_ns,
             bool(result.valid),
             result.reason,
-            latency_ns / 1e6,
-            effective_s,
             result.observation.command.value,
+            waypoints,
         )
-        if result.valid:
-            pose = self._pose_at(stamp_s)
-            waypoints = [(w.t, w.x, w.y) for w in result.waypoints]
-            track = plan_from_waypoints(pose, stamp_s, waypoints, effective_s, record.index)
-            record.points = [[float(a), float(b)] for a, b in zip(track.x, track.y, strict=True)]
-            self.tracker.submit(track)
-        self.plans.append(record)
         if self.recorder is not None:
             for name, msg in cycle.outputs():
                 self.recorder.output(name, msg, now_ns + latency_ns)
+
+    def _accept(
+        self,
+        now_ns: int,
+        latency_ns: int,
+        stamp_ns: int,
+        valid: bool,
+        reason: str,
+        command: str,
+        waypoints: list[tuple[float, float, float]],
+    ) -> None:
+        """Record a plan made at ``now_ns`` from the image at ``stamp_ns``; a valid one (waypoints ``(t, x, y)`` in
+        base_link at the image stamp) goes to the tracker, taking effect ``latency_ns`` later."""
+        stamp_s, effective_s = self._t(stamp_ns), self._t(now_ns + latency_ns)
+        record = PlanRecord(
+            len(self.plans), self._t(now_ns), stamp_s, valid, reason, latency_ns / 1e6, effective_s, command
+        )
+        if valid:
+            track = plan_from_waypoints(self._pose_at(stamp_s), stamp_s, waypoints, effective_s, record.index)
+            record.points = [[float(a), float(b)] for a, b in zip(track.x, track.y, strict=True)]
+            self.tracker.submit(track)
+        self.plans.append(record)
 
     def _pose_at(self, t: float) -> tuple[float, float, float]:
         """The ego's true rear-axle pose at ``t`` (between ticks: interpolated; yaw along the shorter arc)."""

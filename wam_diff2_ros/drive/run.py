@@ -67,7 +67,15 @@ def run_episode(
     world = build_world(spec)  # scenario errors before anything is written
     prepare_out(options.out, options.overwrite)
     wall_start = time.perf_counter()
-    episode = Episode(spec, config, engine, options, log, world)
+    if options.dds:
+        from wam_diff2_ros.drive.dds import DdsEpisode
+
+        episode: Episode = DdsEpisode(spec, config, None, options, log, world, wait_s=options.dds_wait_s)
+        if not episode.wait_for_planner(options.dds_wait_s):
+            episode.close()
+            raise DriveUsageError(f"no planner node on the sensor topics within {options.dds_wait_s:g} s")
+    else:
+        episode = Episode(spec, config, engine, options, log, world)
     scenario_json = json.dumps(dataclasses.asdict(spec))
     recorder = Recorder(options.out, world, options.bag, options.video, scenario_json, options.start_ns)
     interrupted = False
@@ -78,6 +86,8 @@ def run_episode(
         episode.stop_reason = "interrupted (Ctrl-C or SIGTERM)"
     finally:
         recorder.close()
+        if options.dds:
+            episode.close()
     wall_s = time.perf_counter() - wall_start
     score = episode.scorer.score(episode.trace, episode.samples)
     simulated_s = episode.trace.t[-1] if episode.trace.t else 0.0
@@ -86,6 +96,7 @@ def run_episode(
         "scenario": dataclasses.asdict(spec),
         "model": str(getattr(config, "model_path", "")),
         "latency_ms": options.latency_ms,
+        "mode": "dds" if options.dds else "in-process",
         "stop_reason": episode.stop_reason,
         "interrupted": interrupted,
         "simulated_s": simulated_s,
