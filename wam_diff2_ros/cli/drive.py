@@ -68,6 +68,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from wam_diff2_ros.replay.settings import parse_set
 
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--ros-args" in argv:  # started as a ROS node (closed_loop.launch.py): its name and remaps are fixed
+        argv = argv[: argv.index("--ros-args")]
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:
