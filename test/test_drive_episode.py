@@ -296,3 +296,43 @@ def test_report_page_in_chromium(tmp_path: Path) -> None:
         assert count((255, 0, 255)) > 20  # the clicked plan, highlighted
         browser.close()
     assert errors == [] and requests == []
+
+
+def test_ctrl_c_writes_the_outputs_so_far_and_exits_promptly(tmp_path: Path) -> None:
+    import signal
+    import time
+
+    out = tmp_path / "out"
+    command = [
+        sys.executable,
+        "-m",
+        "wam_diff2_ros.cli.drive",
+        "straight_10",
+        "--model",
+        "tiny",
+        "--out",
+        str(out),
+        "--latency-ms",
+        "200",
+        "--size",
+        "320x180",
+    ]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    deadline = time.monotonic() + 300
+    while not (out / "episode").exists() and time.monotonic() < deadline and process.poll() is None:
+        time.sleep(0.2)
+    time.sleep(3.0)  # a few simulated seconds in
+    process.send_signal(signal.SIGINT)
+    sent = time.monotonic()
+    _stdout, stderr = process.communicate(timeout=120)
+    print(f"exit {time.monotonic() - sent:.1f} s after SIGINT")
+    assert process.returncode == 130, stderr[-3000:]
+    document = json.loads((out / "score.json").read_text())
+    assert document["interrupted"] is True and document["stop_reason"].startswith("interrupted")
+    assert 0 < document["simulated_s"] < 20.0
+    assert (out / "report.html").is_file()
+    from wam_diff2_ros.bag import BagReader
+
+    with BagReader(out / "episode") as reader:
+        truths = [m for m in reader.messages() if m.topic == "/sim/ground_truth"]
+    assert len(truths) >= 2

@@ -179,6 +179,9 @@ class EpisodeScorer:
     def score(self, trace: Trace, samples: list[dict[str, Any]]) -> dict[str, Any]:
         """Per-window terms and the episode's PDMS (the mean over complete windows; a last partial window of at
         least 1 s counts too)."""
+        count = min(len(trace.t), len(trace.states), len(trace.yaw_rate), len(samples))  # an interrupted step
+        trace = Trace(trace.t[:count], trace.states[:count], trace.yaw_rate[:count])
+        samples = samples[:count]
         per_window = round(WINDOW_S / SAMPLE_DT)
         windows = []
         start = 0
