@@ -15,7 +15,9 @@ from wam_diff2_ros.drive.score import (
     Trace,
     box_corners,
     comfort_terms,
+    episode_terms,
     polygons_intersect,
+    window_count,
 )
 from wam_diff2_ros.drive.vehicle import Vehicle, VehicleLimits, VehicleState
 from wam_diff2_ros.drive.world import ScenarioError, build_world, load_scenarios, parse_scenario
@@ -207,3 +209,13 @@ def test_builtin_scenarios_cover_the_required_kinds() -> None:
         build_world(spec)
     with pytest.raises(ScenarioError, match="no scenario 'nope'"):
         load_scenarios("nope")
+
+
+def test_windows_an_early_ended_episode_did_not_drive_count_as_zero() -> None:
+    assert (window_count(10.0), window_count(9.6), window_count(8.5), window_count(8.0)) == (3, 3, 2, 2)
+    perfect = {k: 1.0 for k in ("nc", "dac", "ep", "ttc", "c", "pdms")}
+    assert episode_terms([perfect, perfect])["pdms"] == 1.0
+    ended = episode_terms([perfect, {**perfect, "dac": 0.0, "pdms": 0.0}], planned_s=20.0)
+    assert ended["windows_not_driven"] == 3
+    assert ended["pdms"] == pytest.approx(1 / 5) and ended["dac"] == pytest.approx(1 / 5)
+    assert ended["nc"] == pytest.approx(2 / 5)

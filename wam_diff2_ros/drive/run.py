@@ -89,7 +89,8 @@ def run_episode(
         if options.dds:
             episode.close()
     wall_s = time.perf_counter() - wall_start
-    score = episode.scorer.score(episode.trace, episode.samples)
+    early = not interrupted and not episode.stop_reason.startswith("the scenario's")
+    score = episode.scorer.score(episode.trace, episode.samples, spec.duration_s if early else None)
     simulated_s = episode.trace.t[-1] if episode.trace.t else 0.0
     limits = VehicleLimits()
     document = {

@@ -39,6 +39,7 @@ from wam_diff2_ros.drive.world import World
 from wam_diff2_ros.sim.road import ASPHALT_D, CENTRE_D, LANE_WIDTH
 
 WINDOW_S = 4.0
+TERMS = ("nc", "dac", "ep", "ttc", "c", "pdms")
 SAMPLE_DT = 0.1
 WEIGHTS = {"ep": 5.0, "ttc": 5.0, "c": 2.0}
 COMFORT_BOUNDS = {
@@ -127,6 +128,20 @@ def comfortable(terms: dict[str, float]) -> dict[str, bool]:
     return {k: bool(lo < terms[k] < hi) for k, (lo, hi) in COMFORT_BOUNDS.items()}
 
 
+def window_count(seconds: float) -> int:
+    """How many windows ``seconds`` of driving make (4 s each; a last one of at least 1 s counts)."""
+    full, rest = divmod(round(seconds / SAMPLE_DT), round(WINDOW_S / SAMPLE_DT))
+    return full + (1 if rest * SAMPLE_DT >= 1.0 - 1e-9 else 0)
+
+
+def episode_terms(windows: list[dict[str, Any]], planned_s: float | None = None) -> dict[str, Any]:
+    """The episode's terms: the mean of each over the windows, counting the windows an episode that ended early
+    did not drive (up to ``planned_s``) as 0 in every term."""
+    missing = max(0, window_count(planned_s) - len(windows)) if planned_s is not None else 0
+    terms = {k: float(np.sum([w[k] for w in windows]) / (len(windows) + missing)) for k in TERMS}
+    return {**terms, "windows_not_driven": missing}
+
+
 def _lane_index(d: np.ndarray) -> np.ndarray:
     """0: the ego lane, 1: the oncoming lane, -1: neither."""
     return np.where(np.abs(d) <= LANE_WIDTH / 2, 0, np.where((d > CENTRE_D) & (d <= CENTRE_D + LANE_WIDTH), 1, -1))
@@ -176,9 +191,11 @@ class EpisodeScorer:
             "corners": corners,
         }
 
-    def score(self, trace: Trace, samples: list[dict[str, Any]]) -> dict[str, Any]:
-        """Per-window terms and the episode's PDMS (the mean over complete windows; a last partial window of at
-        least 1 s counts too)."""
+    def score(self, trace: Trace, samples: list[dict[str, Any]], planned_s: float | None = None) -> dict[str, Any]:
+        """Per-window terms and the episode's PDMS (the mean over windows; a last partial window of at least 1 s
+        counts too). ``planned_s``: the scenario's duration, for an episode that ended early (off the road, a
+        contact, stopped without a plan): the windows it did not drive count with every term 0
+        (:func:`episode_terms`)."""
         count = min(len(trace.t), len(trace.states), len(trace.yaw_rate), len(samples))  # an interrupted step
         trace = Trace(trace.t[:count], trace.states[:count], trace.yaw_rate[:count])
         samples = samples[:count]
@@ -194,11 +211,9 @@ class EpisodeScorer:
         events = self._events(trace, samples)
         if not windows:
             return {"pdms": None, "windows": [], "events": events, "note": "episode shorter than 1 s: no window"}
-        keys = ("nc", "dac", "ep", "ttc", "c", "pdms")
-        means = {k: float(np.mean([w[k] for w in windows])) for k in keys}
         dev = np.abs([s["d"] for s in samples])
         return {
-            **means,
+            **episode_terms(windows, planned_s),
             "windows": windows,
             "lane_deviation_m": {"mean": float(dev.mean()), "max": float(dev.max())},
             "events": events,
