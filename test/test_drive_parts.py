@@ -219,3 +219,12 @@ def test_windows_an_early_ended_episode_did_not_drive_count_as_zero() -> None:
     assert ended["windows_not_driven"] == 3
     assert ended["pdms"] == pytest.approx(1 / 5) and ended["dac"] == pytest.approx(1 / 5)
     assert ended["nc"] == pytest.approx(2 / 5)
+
+
+def test_obstacle_boxes_are_the_parts_near_the_ground() -> None:
+    world = build_world(parse_scenario({"name": "t", "road": [{"straight": 600}], "stopped": {"s_m": 50.0}}))
+    poles = [ob for ob in world.obstacles if any(c[2] > 6.0 for c, _, _ in ob.actor.parts)]  # street lights
+    assert poles and all(ob.half_width == pytest.approx(0.08) for ob in poles)  # the post, not its arm
+    assert all(ob.half_width < 0.2 for ob in world.obstacles if not ob.agent)  # posts and trunks
+    (stopped,) = [ob for ob in world.obstacles if ob.agent and ob.actor.pose(0.0)[1] == pytest.approx(0.0)]
+    assert 2.0 < stopped.half_length < 2.5 and 0.85 < stopped.half_width < 1.0  # the car's body

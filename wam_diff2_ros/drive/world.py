@@ -226,10 +226,13 @@ class World:
         )
 
 
+GROUND_PART_M = 2.0  # parts whose underside is higher (a street light's arm, a tree's canopy) are not hit
+
+
 def _box_of(actor: Actor) -> tuple[float, float]:
-    xs = [abs(c[0]) + s[0] / 2 for c, s, _ in actor.parts]
-    ys = [abs(c[1]) + s[1] / 2 for c, s, _ in actor.parts]
-    return max(xs), max(ys)
+    """Half length and half width of the actor's parts that reach below :data:`GROUND_PART_M`."""
+    low = [(c, s) for c, s, _ in actor.parts if c[2] - s[2] / 2 < GROUND_PART_M]
+    return max(abs(c[0]) + s[0] / 2 for c, s in low), max(abs(c[1]) + s[1] / 2 for c, s in low)
 
 
 def _is_car(actor: Actor) -> bool:
