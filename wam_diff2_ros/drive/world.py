@@ -226,7 +226,8 @@ class World:
         )
 
 
-GROUND_PART_M = 2.0  # parts whose underside is higher (a street light's arm, a tree's canopy) are not hit
+# The ego's height (Pacifica): parts whose underside is higher (a street light's arm, a tree's canopy) are not hit.
+GROUND_PART_M = 1.777
 
 
 def _box_of(actor: Actor) -> tuple[float, float]:
