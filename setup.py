@@ -52,6 +52,7 @@ setup(
         f"{PACKAGE}.demo": ["weights/*"],
         f"{PACKAGE}.core.engine": ["cpu_kernels.cpp"],
         f"{PACKAGE}.replay": ["report_page.html"],
+        f"{PACKAGE}.drive": ["report_page.html", "scenarios.yaml"],
     },
     data_files=[
         ("share/ament_index/resource_index/packages", ["resource/wam_diff2_ros"]),
@@ -104,6 +105,7 @@ setup(
             "wam-diff2-make-sample-bag = wam_diff2_ros.cli.make_sample_bag:main",
             "wam-diff2-train-demo = wam_diff2_ros.cli.train_demo:main",
             "wam-diff2-play = wam_diff2_ros.cli.play:main",
+            "wam-diff2-drive = wam_diff2_ros.cli.drive:main",
         ],
     },
 )

@@ -1,6 +1,6 @@
 """The package's layers, read from the source with ``ast`` (nothing is imported).
 
-core ← demo (model fixtures), viewer (live view) ← ros ← bag ← sim / replay / bench / infer ← demo.train ← cli
+core ← demo (model fixtures), viewer (live view) ← ros ← bag ← sim / replay / bench / infer ← drive, demo.train ← cli
 (interfaces stands alone): a module may import only from its own layer and the layers its row in :data:`ALLOWED`
 names, also inside functions; core, demo and viewer never import ROS; the imports between the package's modules,
 at module level, inside functions and under ``TYPE_CHECKING`` alike, form no cycle; the tests marked ``core`` (run
@@ -32,6 +32,7 @@ ALLOWED: dict[str, set[str]] = {
     "sim": {"core", "bag", "sim"},
     "replay": {"core", "demo", "viewer", "ros", "bag", "replay"},
     "fleet": {"core", "demo", "viewer", "ros", "bag", "sim", "replay", "fleet"},  # sim: `scale`'s synthetic bags
+    "drive": {"core", "demo", "viewer", "ros", "bag", "sim", "replay", "fleet", "drive"},
     "demo.train": {"core", "demo", "sim", "demo.train"},
     "bench": {
         "core",
@@ -44,7 +45,7 @@ ALLOWED: dict[str, set[str]] = {
     "infer": {"core", "demo", "infer"},
     "interfaces": {"interfaces"},
     "cli": {
-        *("core", "demo", "viewer", "ros", "bag", "sim", "replay", "fleet"),
+        *("core", "demo", "viewer", "ros", "bag", "sim", "replay", "fleet", "drive"),
         *("demo.train", "bench", "infer", "interfaces", "cli"),
     },
 }

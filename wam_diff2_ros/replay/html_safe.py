@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import html
 import json
+import re
 from typing import Any
 
 #: Characters that could end or comment out the element around embedded JSON, start markup, or end a JavaScript
@@ -25,3 +26,10 @@ def escape_text(text: Any) -> str:
     """``str(text)`` with ``&``, ``<``, ``>`` and quotes as HTML entities: plain text in HTML (an element or an
     attribute) and in Markdown (which would pass raw HTML through)."""
     return html.escape(str(text), quote=True)
+
+
+def fill_template(template: str, values: dict[str, str]) -> str:
+    """``template`` with each ``__NAME__`` of ``values`` replaced in one pass (no value is read again, so a value
+    holding ``__DATA__`` stays text)."""
+    pattern = "__(" + "|".join(map(re.escape, values)) + ")__"
+    return re.sub(pattern, lambda m: values[m.group(1)], template)

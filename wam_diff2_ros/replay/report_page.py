@@ -9,13 +9,12 @@ path over a bird's-eye view (canvas). Waypoints are rounded to centimetres; 5,00
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from wam_diff2_ros.replay.html_safe import embed_json, escape_text
+from wam_diff2_ros.replay.html_safe import embed_json, escape_text, fill_template
 
 TEMPLATE = "report_page.html"
 RAW_TEXT_CHARS = 400  # the model's answer shown per plan (the full text is in predictions.jsonl)
@@ -174,6 +173,6 @@ def write_report_page(
         "DATA": embed_json(data),
     }
     template = resources.files("wam_diff2_ros.replay").joinpath(TEMPLATE).read_text(encoding="utf-8")
-    page = re.sub(r"__(TITLE|DATA)__", lambda m: values[m.group(1)], template)  # one pass: no value is re-read
+    page = fill_template(template, values)
     path.write_text(page, encoding="utf-8")
     return path

@@ -129,6 +129,11 @@ class Renderer:
         """World camera position, world->optical rotation, ego x, y, yaw at time ``t``."""
         s = self.sc.s_at(t)
         x, y, yaw = (float(a[0]) for a in self.sc.ego_pose_at_s(np.atleast_1d(s)))
+        return (*self.camera_at(x, y, yaw), x, y, yaw)
+
+    @staticmethod
+    def camera_at(x: float, y: float, yaw: float) -> tuple[np.ndarray, np.ndarray]:
+        """World camera position and world->optical rotation for the rear axle at ``(x, y, yaw)``."""
         cy_, sy_ = math.cos(yaw), math.sin(yaw)
         position = np.array([x + CAMERA_X_M * cy_, y + CAMERA_X_M * sy_, CAMERA_Z_M])
         # body->world: yaw then pitch (down); optical axes in body: z fwd, x right(-y), y down(-z).
@@ -138,15 +143,23 @@ class Renderer:
         body_to_world = r_yaw @ r_pitch
         optical_in_body = np.array([[0, -1, 0], [0, 0, -1], [1, 0, 0]], float)  # rows: x, y, z optical
         world_to_optical = optical_in_body @ body_to_world.T
-        return position, world_to_optical, x, y, yaw
+        return position, world_to_optical
 
     def render(self, t: float) -> np.ndarray:
         """The camera image (H, W, 3) uint8 at simulated time ``t`` seconds."""
+        s = self.sc.s_at(t)
+        x, y, yaw = (float(a[0]) for a in self.sc.ego_pose_at_s(np.atleast_1d(s)))
+        return self.render_from(t, x, y, yaw, float(s))
+
+    def render_from(self, t: float, ex: float, ey: float, eyaw: float, ego_s: float) -> np.ndarray:
+        """The camera image (H, W, 3) uint8 at time ``t`` with the rear axle at ``(ex, ey, eyaw)`` (any pose:
+        off the lane centre, off its heading); ``ego_s`` is its arc length along the road (where the road's
+        segments are searched)."""
         cam = self.cam
-        position, w2o, ex, ey, eyaw = self.camera_pose(t)
+        position, w2o = self.camera_at(ex, ey, eyaw)
         img = np.empty((cam.height * cam.width, 3), np.float32)
         self._sky(img, eyaw)
-        self._ground(img, ex, ey, eyaw, float(self.sc.s_at(t)))
+        self._ground(img, ex, ey, eyaw, ego_s)
         frame = img.reshape(cam.height, cam.width, 3)
         shadow, overlay = self._objects(t, position, w2o)
         box = shadow.getbbox()

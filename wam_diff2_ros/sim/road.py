@@ -106,7 +106,7 @@ class Road:
             xe, ye, yawe = seg.pose(np.array([s + length]))
             x, y, yaw, s = float(xe[0]), float(ye[0]), float(yawe[0]), s + length
         arcs = [(g.s0, g.s0 + g.length, g.curvature) for g in segs if g.curvature != 0.0]
-        left = next((a, b) for a, b, k in arcs if k > 0)
+        left = next(((a, b) for a, b, k in arcs if k > 0), (math.inf, math.inf))
         right = next(((a, b) for a, b, k in arcs if k < 0), (math.inf, math.inf))
         return Road(tuple(segs), left, right)
 

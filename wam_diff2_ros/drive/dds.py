@@ -1,0 +1,145 @@
+"""The same episode with the planner node over DDS (:class:`DdsEpisode`, ``wam-diff2-drive --dds``): the simulator
+as a ROS node that publishes ``/clock`` and the sensor topics of the sample bag (:data:`SIM_TOPICS`) and reads the
+planner node's ``~/output/trajectory`` (base_link, valid or not).
+
+Lock-step on simulated time: the planner node runs with ``use_sim_time`` and ``planning.rate_hz: 0`` (a plan on
+each new front image when it is free). Where the in-process loop would plan (an image at t with the model free),
+the simulator stops the clock and waits (wall time, at most ``wait_s``) for the node's trajectory stamped t; the
+plan then takes effect at t + ``--latency-ms`` as in-process. Plans of other images are not used (the in-process
+model is busy then). Everything else — world, renderer, controller, score, outputs — is the in-process code.
+
+Tolerance: the node assembles its observation when the image arrives; odometry of the same instant may arrive just
+after it over DDS, and then the node extrapolates the pose and speed from the previous sample (20 ms earlier,
+:mod:`wam_diff2_ros.core.frames`), so the speed written into the prompt can differ in its last digit. With a
+deterministic model the two modes give the same plans but for such digits; the ego paths agree within a few
+centimetres (``test/test_drive_dds.py`` checks 0.05 m over its episode).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from wam_diff2_ros.drive.episode import Episode
+from wam_diff2_ros.sim.sample_bag import SAMPLE_TOPICS
+
+SIM_NODE_NAME = "wam_diff2_sim"
+SIM_TOPICS = {
+    "image": SAMPLE_TOPICS["image_raw"],
+    "camera_info": SAMPLE_TOPICS["camera_info"],
+    "odometry": SAMPLE_TOPICS["odometry"],
+    "acceleration": SAMPLE_TOPICS["acceleration"],
+    "command": SAMPLE_TOPICS["command"],
+}
+BAG_TOPICS = {
+    "image": "",  # the bag keeps the JPEG copy the recorder writes
+    "camera_info": SAMPLE_TOPICS["camera_info"],
+    "odometry": SAMPLE_TOPICS["odometry"],
+    "acceleration": SAMPLE_TOPICS["acceleration"],
+    "command": SAMPLE_TOPICS["command"],
+}
+PLANNER_TRAJECTORY = "/wam_diff2/output/trajectory"
+
+
+class DdsEpisode(Episode):
+    """:class:`Episode` with the planner node over DDS (see the module docstring)."""
+
+    def __init__(self, *args: Any, planner_topic: str = PLANNER_TRAJECTORY, wait_s: float = 120.0, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        import rclpy
+        from rclpy.executors import SingleThreadedExecutor
+        from rclpy.qos import QoSProfile, ReliabilityPolicy
+        from rosgraph_msgs.msg import Clock
+
+        from wam_diff2_ros.ros.outputs import own_messages
+
+        msgs, problem = own_messages()
+        if msgs is None:
+            raise RuntimeError(f"the DDS mode needs the package's messages: {problem}")
+        if not rclpy.ok():
+            rclpy.init()
+        self.node = rclpy.create_node(SIM_NODE_NAME)
+        self.executor = SingleThreadedExecutor()
+        self.executor.add_node(self.node)
+        reliable = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
+        self.clock_pub = self.node.create_publisher(Clock, "/clock", reliable)
+        self.publishers = {
+            role: self.node.create_publisher(self.rows[role].msg_type, topic, reliable)
+            for role, topic in SIM_TOPICS.items()
+            if role in self.rows
+        }
+        self.trajectories: dict[int, Any] = {}
+        self.node.create_subscription(msgs.PlannedTrajectory, planner_topic, self._on_trajectory, reliable)
+        self.planner_topic = planner_topic
+        self.wait_s = wait_s
+        self.last_image_ns: int | None = None
+        self.planned: set[int] = set()
+
+    def _on_trajectory(self, msg: Any) -> None:
+        from wam_diff2_ros.ros.conversions import stamp_to_ns
+
+        self.trajectories[stamp_to_ns(msg.header.stamp)] = msg
+
+    def wait_for_planner(self, timeout_s: float) -> bool:
+        """True once the planner node subscribes to every sensor topic and publishes its trajectory."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            self.executor.spin_once(timeout_sec=0.1)
+            subscribed = all(self.node.count_subscribers(topic) >= 1 for topic in SIM_TOPICS.values())
+            if subscribed and self.node.count_publishers(self.planner_topic) >= 1:
+                return True
+        return False
+
+    def _tick(self, now_ns: int) -> None:
+        from rosgraph_msgs.msg import Clock
+
+        from wam_diff2_ros.ros.conversions import ns_to_stamp
+
+        self.clock_pub.publish(Clock(clock=ns_to_stamp(now_ns)))
+        self.executor.spin_once(timeout_sec=0.0)
+
+    def _feed(self, role: str, msg: Any, stamp_ns: int, topic: str) -> None:
+        publisher = self.publishers.get(role)
+        if publisher is not None:
+            publisher.publish(msg)
+        if role == "image":
+            self.last_image_ns = stamp_ns
+        if self.recorder is not None and BAG_TOPICS.get(role):
+            self.recorder.write(BAG_TOPICS[role], msg, stamp_ns)
+
+    def _plan(self, now_ns: int) -> None:
+        self.pending = False
+        stamp = self.last_image_ns
+        if stamp is None or stamp in self.planned:
+            return
+        self.planned.add(stamp)
+        started = time.monotonic()
+        while stamp not in self.trajectories and time.monotonic() - started < self.wait_s:
+            self.executor.spin_once(timeout_sec=0.05)
+        msg = self.trajectories.get(stamp)
+        wall_ns = round((time.monotonic() - started) * 1e9)
+        latency_ns = round(self.options.latency_ms * 1e6) if self.options.latency_ms is not None else wall_ns
+        self.busy_until_ns = now_ns + latency_ns
+        if msg is None:
+            self.log(f"warning: no trajectory from the planner for the image at t={self._t(stamp):.2f} s")
+            self._accept(now_ns, latency_ns, stamp, False, f"no plan from the node within {self.wait_s:g} s", "", [])
+            return
+        waypoints = [
+            (p.time_from_start.sec + p.time_from_start.nanosec / 1e9, p.pose.position.x, p.pose.position.y)
+            for p in msg.points
+        ]
+        self._accept(
+            now_ns,
+            latency_ns,
+            stamp,
+            bool(msg.valid),
+            msg.invalid_reason,
+            msg.navigation_command,
+            waypoints if msg.valid else [],
+        )
+        if self.recorder is not None:
+            self.recorder.output("trajectory", msg, now_ns + latency_ns)
+
+    def close(self) -> None:
+        self.executor.remove_node(self.node)
+        self.node.destroy_node()
