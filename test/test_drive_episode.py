@@ -259,7 +259,8 @@ def test_report_page_in_chromium(tmp_path: Path) -> None:
     sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright missing (pip install '.[report-test]')")
     from wam_diff2_ros.drive.report import write_report
 
-    spec = replace(load_scenarios("left_r20")[0], name="turn </script><b>x", duration_s=8.0)
+    hostile = "turn <!--<script></script><img src=x onerror=window.__pwned=1> __DATA__"
+    spec = replace(load_scenarios("left_r20")[0], name=hostile, duration_s=8.0)
     episode, score = _run_route_engine(spec, tmp_path / "run")
     document = {
         "scenario": {"name": spec.name, "seed": spec.seed},
@@ -281,7 +282,8 @@ def test_report_page_in_chromium(tmp_path: Path) -> None:
         page.route("http*://**/*", lambda route: (requests.append(route.request.url), route.abort()))
         page.goto(page_path.resolve().as_uri())
         page.wait_for_selector("body[data-ready=true]")
-        assert page.inner_text("#title") == "wam-diff2-drive: turn </script><b>x (seed 5004)"
+        assert page.inner_text("#title") == f"wam-diff2-drive: {hostile} (seed 5004)"
+        assert page.evaluate("() => window.__pwned") is None and page.locator("img").count() == 0
         assert page.locator("#plans tr").count() == len(episode.plans) + 1
         assert page.locator("#windows tr").count() == len(score["windows"]) + 1
 
