@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import platform
@@ -29,8 +30,13 @@ from wam_diff2_ros.demo.train.config import (
     HELD_OUT_DRIVE_FRAMES,
     HELD_OUT_DRIVE_SEEDS,
     HELD_OUT_SEED,
+    IMAGE_SIZES,
+    TEST_DRIVE_SEEDS,
+    TEST_SPEED_FRAMES,
     TRAIN_DRIVE_SEEDS,
     TRAIN_SEED,
+    VALIDATION_DRIVE_SEEDS,
+    VALIDATION_SPEED_FRAMES,
     ModelSizes,
     demo_config,
 )
@@ -70,6 +76,9 @@ class TrainSettings:
     sample_drives: int = 20
     drive_sizes: str = "mixed"  # the drive instants' frame sizes: a key of DRIVE_IMAGE_SIZES
     init_from: str | None = None  # a folder of shipped demo files to continue training from
+    speed_frames: int = 0  # instants at any speed and pose per drive (demo/train/speeds.py; 0: none)
+    speed_drives: int = 60
+    keep_best: bool = False  # export the probed weights (the start included) that do best on the validation drives
     sizes: ModelSizes = field(default_factory=ModelSizes)
 
 
@@ -184,16 +193,39 @@ def train(settings: TrainSettings, out_dir: Path, command_line: str) -> dict[str
                 sizes=DRIVE_IMAGE_SIZES[settings.drive_sizes],
             )
             drive_train = [replace(s, image_index=s.image_index + len(train_pool.images)) for s in drive_train]
+        speed_pool, speed_train = ImagePool([], {}), []
+        if settings.speed_frames:
+            from wam_diff2_ros.demo.train.speeds import speed_samples
+
+            log(f"rendering {settings.speed_frames} instants at any speed on each of {settings.speed_drives} roads ...")
+            speed_pool, speed_train = speed_samples(
+                DRIVE_SAMPLE_SEEDS[: settings.speed_drives],
+                settings.speed_frames,
+                seed=TRAIN_SEED,
+                sizes=DRIVE_IMAGE_SIZES[settings.drive_sizes],
+            )
+            offset = len(train_pool.images) + len(drive_pool.images)
+            speed_train = [replace(s, image_index=s.image_index + offset) for s in speed_train]
         held_drive_pool, held_drive = drive_samples(HELD_OUT_DRIVE_SEEDS, HELD_OUT_DRIVE_FRAMES, seed=HELD_OUT_SEED)
+        from wam_diff2_ros.demo.train.speeds import speed_samples
+
+        validation_pool, validation = speed_samples(
+            VALIDATION_DRIVE_SEEDS, VALIDATION_SPEED_FRAMES, seed=HELD_OUT_SEED + 10, sizes=IMAGE_SIZES
+        )
+        test_pool, test = speed_samples(TEST_DRIVE_SEEDS, TEST_SPEED_FRAMES, seed=HELD_OUT_SEED + 20, sizes=IMAGE_SIZES)
         train_pixels = [
             preprocess_image(img, processor.image_config, processor.min_pixels, processor.max_pixels)
-            for img in [*train_pool.images, *drive_pool.images]
+            for img in [*train_pool.images, *drive_pool.images, *speed_pool.images]
         ]
         held_pixels = [
             preprocess_image(img, processor.image_config, processor.min_pixels, processor.max_pixels)
             for img in held_pool.images
         ]
-        train_samples = make_samples(settings.train_samples, TRAIN_SEED, train_pool.by_command) + drive_train
+        train_samples = [
+            *make_samples(settings.train_samples, TRAIN_SEED, train_pool.by_command),
+            *drive_train,
+            *speed_train,
+        ]
         held_samples = make_samples(max(settings.eval_samples, 64), HELD_OUT_SEED, held_pool.by_command)
         train_examples = tokenise(train_samples, processor, train_pixels)
         held_examples = tokenise(held_samples[:64], processor, held_pixels)
@@ -203,8 +235,9 @@ def train(settings: TrainSettings, out_dir: Path, command_line: str) -> dict[str
         response_blocks = [len(e.response_ids) // BLOCK_SIZE for e in train_examples]
         prompt_lengths = [len(e.prompt_ids) for e in train_examples]
         log(
-            f"{len(train_examples)} training ({len(drive_train)} from drives) / {len(held_samples)} + "
-            f"{len(held_drive)} held-out samples, {len(train_pixels)} + {len(held_pool.images)} images, "
+            f"{len(train_examples)} training ({len(drive_train)} from drives, {len(speed_train)} at any speed) / "
+            f"{len(validation)} validation / {len(held_samples)} + {len(held_drive)} + {len(test)} held-out samples, "
+            f"{len(train_pixels)} + {len(held_pool.images)} images, "
             f"vocabulary {len(vocab_ids)} tokens, prompt "
             f"{min(prompt_lengths)}-{max(prompt_lengths)} tokens, response blocks "
             f"{min(response_blocks)}-{max(response_blocks)} ({time.perf_counter() - started:.0f} s)"
@@ -239,7 +272,9 @@ def train(settings: TrainSettings, out_dir: Path, command_line: str) -> dict[str
             probe_dir = work / f"probe-{label}"
             export_demo(model, vocab_ids, config, probe_dir, {"probe": label})
             engine = load_engine(probe_dir, work / "probe-cache")
-            if settings.drive_frames:  # what the replay measures: instants of unseen drives
+            if settings.keep_best:  # the validation drives, at any speed: what the weights are chosen on
+                result = evaluate(engine, validation, validation_pool.images)
+            elif settings.drive_frames:  # what the replay measures: instants of unseen drives
                 result = evaluate(engine, held_drive[: settings.probe_samples], held_drive_pool.images)
             else:
                 result = evaluate(engine, held_samples[: settings.probe_samples], held_pool.images)
@@ -251,12 +286,20 @@ def train(settings: TrainSettings, out_dir: Path, command_line: str) -> dict[str
                 f"  probe {label}: valid {result['valid_rate']:.2f}, plausible {result['plausible_rate']:.2f}, "
                 f"ADE {ade}, steps/block {result['mean_steps_per_block']:.1f} on {result['samples']} held-out prompts"
             )
-            return {
+            entry = {
                 "at": label,
+                "on": "validation drives" if settings.keep_best else "held-out samples",
                 "valid_rate": result["valid_rate"],
                 "plausible_rate": result["plausible_rate"],
                 "ade_m": result["ade_m"],
             }
+            if settings.keep_best:
+                score = (result["plausible_rate"], -(result["plausible_ade_m"] or math.inf))
+                if best["score"] is None or score > best["score"]:
+                    best.update(score=score, at=label, state=copy.deepcopy(model.state_dict()))
+            return entry
+
+        best: dict[str, Any] = {"score": None, "at": None, "state": None}
 
         held_rng = np.random.default_rng(HELD_OUT_SEED + 100)
         held_batches = [
@@ -269,6 +312,10 @@ def train(settings: TrainSettings, out_dir: Path, command_line: str) -> dict[str
         train_started = time.perf_counter()
         probe_seconds = 0.0
         log(f"model: {parameters / 1e6:.2f} M trainable parameters; {total_steps} steps")
+        if settings.keep_best:
+            model.eval()
+            probes.append(probe("step 0"))
+            probe_seconds += time.perf_counter() - train_started
         for epoch in range(settings.epochs):
             order = rng.permutation(len(train_examples))
             losses = []
@@ -290,7 +337,9 @@ def train(settings: TrainSettings, out_dir: Path, command_line: str) -> dict[str
                 if step % 50 == 0:
                     elapsed = time.perf_counter() - train_started - probe_seconds
                     log(f"  step {step}/{total_steps} loss {statistics.fmean(losses[-50:]):.4f} ({elapsed:.0f} s)")
-                if settings.probe_every and step % settings.probe_every == 0 and step < total_steps:
+                if (settings.probe_every and step % settings.probe_every == 0 and step < total_steps) or (
+                    settings.keep_best and step == total_steps
+                ):
                     probe_started = time.perf_counter()
                     model.eval()
                     probes.append(probe(f"step {step}"))
@@ -310,6 +359,9 @@ def train(settings: TrainSettings, out_dir: Path, command_line: str) -> dict[str
                 f"({entry['elapsed_s']:.0f} s)"
             )
         train_seconds = time.perf_counter() - train_started - probe_seconds
+        if settings.keep_best:
+            model.load_state_dict(best["state"])
+            log(f"keeping the weights at {best['at']} (best on the validation drives)")
 
         training = {
             "command": command_line,
@@ -320,6 +372,8 @@ def train(settings: TrainSettings, out_dir: Path, command_line: str) -> dict[str
             "python": platform.python_version(),
             "cpu_threads": settings.threads,
             "init_from": init,
+            "chosen": best["at"] if settings.keep_best else f"step {total_steps}",
+            "probe_s": round(probe_seconds, 1),
         }
         manifest = export_demo(model, vocab_ids, config, out_dir, training)
         log(f"evaluating {settings.eval_samples} held-out samples through the engine ...")
@@ -333,10 +387,16 @@ def train(settings: TrainSettings, out_dir: Path, command_line: str) -> dict[str
             "mirrored": True,
             **evaluate(engine, held_drive, held_drive_pool.images),
         }
+        log(f"evaluating {len(validation)} validation and {len(test)} test instants at any speed ...")
+        validation_quality = evaluate(engine, validation, validation_pool.images)
+        validation_quality = {"drives": list(VALIDATION_DRIVE_SEEDS), **validation_quality}
+        test_quality = {"drives": list(TEST_DRIVE_SEEDS), **evaluate(engine, test, test_pool.images)}
         engine.close()
     metrics = {
         "held_out": quality,
         "held_out_drives": drives_quality,
+        "validation_speeds": validation_quality,
+        "test_speeds": test_quality,
         "sweeps": sweeps,
         "epochs": epochs_log,
         "probes": probes,
