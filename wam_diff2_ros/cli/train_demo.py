@@ -50,21 +50,48 @@ def print_report(metrics: dict[str, Any]) -> None:
         f"{d['plausible_rate']:.3f}, valid format {d['valid_rate']:.3f}"
         + (f", ADE {d['ade_m']:.2f} m, FDE {d['fde_m']:.2f} m" if d["ade_m"] is not None else "")
     )
-    for key, name in (("validation_speeds", "validation"), ("test_speeds", "test")):
-        entry = metrics[key]
-        log(
-            f"{name} drives {entry['drives'][0]}-{entry['drives'][-1]} at any speed ({entry['samples']} instants): "
-            f"plausible {entry['plausible_rate']:.3f}"
-        )
-        for band in entry["by_speed_band"]:
-            ade = "-" if band["ade_m"] is None else f"{band['ade_m']:.2f} m"
-            rate = "-" if band["plausible_rate"] is None else f"{band['plausible_rate']:.2f}"
-            log(f"  {band['speed_m_s']} m/s: {band['plans']} plans, plausible {rate}, ADE {ade}")
+    print_held_out(metrics)
     log(f"  sweeps: {metrics['sweeps']}")
     log(
         f"training {metrics['training_wall_s']:.0f} s, total {metrics['total_wall_s']:.0f} s; "
         f"shipped {metrics['model']['shipped_bytes'] / 1e6:.2f} MB"
     )
+
+
+def print_held_out(metrics: dict[str, Any]) -> None:
+    """The gate's pass rate and ADE per speed band on the validation and test drives, and the confidence ranking."""
+    for key in ("validation_speeds", "test_speeds", "held_out_drives"):
+        entry = metrics[key]
+        ranking = entry.get("confidence") or {}
+        log(
+            f"{key} (drives {entry['drives'][0]}-{entry['drives'][-1]}, {entry['samples']} instants): "
+            f"plausible {entry['plausible_rate']:.3f}, confidence AUC passed/rejected "
+            f"{ranking.get('auc_passed_vs_rejected')}, Spearman vs ADE {ranking.get('spearman_vs_ade')}"
+        )
+        for band in entry["by_speed_band"]:
+            ade = "-" if band["ade_m"] is None else f"{band['ade_m']:.2f} m"
+            rate = "-" if band["plausible_rate"] is None else f"{band['plausible_rate']:.2f}"
+            log(f"  {band['speed_m_s']} m/s: {band['plans']} plans, plausible {rate}, ADE {ade}")
+
+
+def judge_only(folder: Path | None, out: Path, threads: int, parser: argparse.ArgumentParser) -> int:
+    """``--judge``: the held-out metrics of the demo files in `folder`, into ``out/judgement.json``."""
+    import json
+    import tempfile
+
+    import torch
+
+    from wam_diff2_ros.demo.train.held_out import judge_folder
+
+    if folder is None:
+        parser.error("--judge needs --init-from (the demo files to judge)")
+    torch.set_num_threads(threads)
+    with tempfile.TemporaryDirectory(prefix="wam_diff2_judge_") as tmp:
+        metrics = judge_folder(folder, Path(tmp))
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "judgement.json").write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
+    print_held_out(metrics)
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -136,6 +163,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "weights that do best there (gate pass rate, then ADE)",
     )
     parser.add_argument(
+        "--judge",
+        action="store_true",
+        help="train nothing: judge the demo files in --init-from on the validation and test drives and write "
+        "judgement.json into --out",
+    )
+    parser.add_argument(
         "--init-from",
         type=Path,
         default=None,
@@ -196,6 +229,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         init_from=None if args.init_from is None else str(args.init_from),
         sizes=ModelSizes(text_hidden=args.text_hidden, text_layers=args.text_layers),
     )
+    if args.judge:
+        return judge_only(args.init_from, args.out, args.threads, parser)
     command_line = shlex.join(["wam-diff2-train-demo", *(sys.argv[1:] if argv is None else argv)])
     metrics = train(settings, args.out, command_line)
     print_report(metrics)

@@ -272,12 +272,12 @@ class PlannerRuntime:
         if result.valid and age_s > limit_s:
             cycle.stale = True
             reason = f"stale plan: {age_s:.2f} s old when ready (planning.max_plan_age_s {limit_s:g} s)"
-            result = replace(result, valid=False, waypoints=(), reason=reason)
+            result = replace(result, valid=False, waypoints=(), rejected_waypoints=result.waypoints, reason=reason)
         minimum = self.config.planning.min_confidence
         if result.valid and minimum > 0 and result.confidence < minimum:
             cycle.unsure = True
             reason = f"low confidence: {result.confidence:.3f} below planning.min_confidence {minimum:g}"
-            result = replace(result, valid=False, waypoints=(), reason=reason)
+            result = replace(result, valid=False, waypoints=(), rejected_waypoints=result.waypoints, reason=reason)
         cycle.result = result
         self.latest_plan = result
         self._plan_messages(cycle, result)

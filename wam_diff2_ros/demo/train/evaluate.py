@@ -9,6 +9,13 @@ from typing import Any
 
 import numpy as np
 
+from wam_diff2_ros.core.confidence import (
+    generation_waypoint_probabilities,
+    plan_confidence,
+    separation_auc,
+    spearman,
+    waypoint_confidence,
+)
 from wam_diff2_ros.core.decoding import DecodeConfig
 from wam_diff2_ros.core.parsing import parse_waypoints
 from wam_diff2_ros.core.prompts import build_planning_prompt
@@ -49,6 +56,8 @@ def evaluate(
             "num_prompt_tokens": result.num_prompt_tokens,
             "image_size": "x".join(str(n) for n in images[sample.image_index].shape[1::-1]),
         }
+        probabilities = generation_waypoint_probabilities(result, parsed) if parsed.valid else ()
+        row["confidence"] = plan_confidence(waypoint_confidence(probabilities)) if probabilities else None
         if plausible:
             pred = np.array([[w.x, w.y] for w in parsed.waypoints])
             row["gate_ade"] = float(np.linalg.norm(pred - np.asarray(sample.waypoints), axis=1).mean())
@@ -108,6 +117,7 @@ def evaluate(
         "latency_p50_s": latencies[len(latencies) // 2] if latencies else None,
         "latency_p90_s": latencies[min(len(latencies) - 1, int(0.9 * len(latencies)))] if latencies else None,
         "prompt_tokens": rows[0]["num_prompt_tokens"] if rows else None,
+        "confidence": confidence_ranking(rows),
         "path_length_by_speed": length_by_speed,
         "by_speed_band": speed_bands(rows),
         "final_y_by_command": final_y,
@@ -118,6 +128,21 @@ def evaluate(
             "right_final_y_negative": right is not None and right < 0.0,
             "straight_final_y_near_zero": straight is not None and abs(straight) < 1.0,
         },
+    }
+
+
+def confidence_ranking(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Does the plan's confidence (``core/confidence.py``) predict the gate's verdict (AUC, plans that pass against
+    plans it rejects whose answer reads as waypoints) and rank the error of the plans that pass (Spearman of
+    confidence against ADE; negative is useful)?"""
+    scored = [r for r in rows if r.get("confidence") is not None]
+    passed = [r for r in scored if r["plausible"]]
+    return {
+        "plans_scored": len(scored),
+        "auc_passed_vs_rejected": separation_auc(
+            [r["confidence"] for r in passed], [r["confidence"] for r in scored if not r["plausible"]]
+        ),
+        "spearman_vs_ade": spearman([r["confidence"] for r in passed], [r["gate_ade"] for r in passed]),
     }
 
 

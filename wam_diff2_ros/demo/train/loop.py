@@ -27,22 +27,17 @@ from wam_diff2_ros.demo.train.config import (
     DRIVE_IMAGE_SIZES,
     DRIVE_SAMPLE_SEEDS,
     FULL_VOCAB_SIZE,
-    HELD_OUT_DRIVE_FRAMES,
     HELD_OUT_DRIVE_SEEDS,
     HELD_OUT_SEED,
-    IMAGE_SIZES,
-    TEST_DRIVE_SEEDS,
-    TEST_SPEED_FRAMES,
     TRAIN_DRIVE_SEEDS,
     TRAIN_SEED,
-    VALIDATION_DRIVE_SEEDS,
-    VALIDATION_SPEED_FRAMES,
     ModelSizes,
     demo_config,
 )
 from wam_diff2_ros.demo.train.data import DrivingSample, ImagePool, make_samples, render_image_pool
 from wam_diff2_ros.demo.train.drives import drive_samples
 from wam_diff2_ros.demo.train.evaluate import behaviour_sweeps, evaluate
+from wam_diff2_ros.demo.train.held_out import judge, test_sets, validation_set
 from wam_diff2_ros.demo.train.model import build_training_model, compact_weights, load_compact_into
 from wam_diff2_ros.demo.train.objective import (
     TrainingBatch,
@@ -206,13 +201,9 @@ def train(settings: TrainSettings, out_dir: Path, command_line: str) -> dict[str
             )
             offset = len(train_pool.images) + len(drive_pool.images)
             speed_train = [replace(s, image_index=s.image_index + offset) for s in speed_train]
-        held_drive_pool, held_drive = drive_samples(HELD_OUT_DRIVE_SEEDS, HELD_OUT_DRIVE_FRAMES, seed=HELD_OUT_SEED)
-        from wam_diff2_ros.demo.train.speeds import speed_samples
-
-        validation_pool, validation = speed_samples(
-            VALIDATION_DRIVE_SEEDS, VALIDATION_SPEED_FRAMES, seed=HELD_OUT_SEED + 10, sizes=IMAGE_SIZES
-        )
-        test_pool, test = speed_samples(TEST_DRIVE_SEEDS, TEST_SPEED_FRAMES, seed=HELD_OUT_SEED + 20, sizes=IMAGE_SIZES)
+        validation_pool, validation = validation_set()
+        tests = test_sets()
+        held_drive_pool, held_drive = tests["held_out_drives"]
         train_pixels = [
             preprocess_image(img, processor.image_config, processor.min_pixels, processor.max_pixels)
             for img in [*train_pool.images, *drive_pool.images, *speed_pool.images]
@@ -236,7 +227,8 @@ def train(settings: TrainSettings, out_dir: Path, command_line: str) -> dict[str
         prompt_lengths = [len(e.prompt_ids) for e in train_examples]
         log(
             f"{len(train_examples)} training ({len(drive_train)} from drives, {len(speed_train)} at any speed) / "
-            f"{len(validation)} validation / {len(held_samples)} + {len(held_drive)} + {len(test)} held-out samples, "
+            f"{len(validation)} validation / {len(held_samples)} + {len(held_drive)} + "
+            f"{len(tests['test_speeds'][1])} held-out samples, "
             f"{len(train_pixels)} + {len(held_pool.images)} images, "
             f"vocabulary {len(vocab_ids)} tokens, prompt "
             f"{min(prompt_lengths)}-{max(prompt_lengths)} tokens, response blocks "
@@ -380,23 +372,12 @@ def train(settings: TrainSettings, out_dir: Path, command_line: str) -> dict[str
         engine = load_engine(out_dir, work / "cache")
         quality = evaluate(engine, held_samples[: settings.eval_samples], held_pool.images)
         sweeps = behaviour_sweeps(engine, held_pool)
-        log(f"evaluating {len(held_drive)} instants of the held-out drives through the engine ...")
-        drives_quality = {
-            "drives": list(HELD_OUT_DRIVE_SEEDS),
-            "instants_per_drive": HELD_OUT_DRIVE_FRAMES,
-            "mirrored": True,
-            **evaluate(engine, held_drive, held_drive_pool.images),
-        }
-        log(f"evaluating {len(validation)} validation and {len(test)} test instants at any speed ...")
-        validation_quality = evaluate(engine, validation, validation_pool.images)
-        validation_quality = {"drives": list(VALIDATION_DRIVE_SEEDS), **validation_quality}
-        test_quality = {"drives": list(TEST_DRIVE_SEEDS), **evaluate(engine, test, test_pool.images)}
+        log("evaluating the validation and test drives through the engine ...")
+        judged = judge(engine, (validation_pool, validation), tests)
         engine.close()
     metrics = {
         "held_out": quality,
-        "held_out_drives": drives_quality,
-        "validation_speeds": validation_quality,
-        "test_speeds": test_quality,
+        **judged,
         "sweeps": sweeps,
         "epochs": epochs_log,
         "probes": probes,
