@@ -121,3 +121,29 @@ def test_spearman():
     assert spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
     assert spearman([1, 2, 3, 4], [4, 3, 3, 1]) < -0.9
     assert spearman([1, 1, 1], [1, 2, 3]) is None and spearman([1, 2], [2, 1]) is None
+
+
+def test_separation_auc_counts_pairs_and_ties():
+    from wam_diff2_ros.core.confidence import separation_auc
+
+    assert separation_auc([0.9, 0.8], [0.1, 0.2]) == 1.0
+    assert separation_auc([0.1, 0.2], [0.9, 0.8]) == 0.0
+    assert separation_auc([0.5, 0.9], [0.5, 0.1]) == pytest.approx((0.5 + 1 + 1 + 1) / 4)
+    assert separation_auc([0.5], []) is None and separation_auc([], [0.5]) is None
+
+
+def test_rejected_plans_that_read_as_waypoints_are_set_against_the_valid_ones():
+    """Rejected plans keep their token probabilities: the AUC says whether confidence tells them apart."""
+    track = EgoTrack.from_odometry([(int(t * 1e8), 0.4 * t, 0.0, 0.0) for t in range(0, 200)])
+    rejected = [record(4.0, 2.0, [0.2] * 8), record(5.0, 2.0, [0.95] * 8)]
+    for r in rejected:
+        r["valid"], r["rejected_waypoints"], r["waypoints"] = False, r["waypoints"], None
+    format_error = record(6.0, 2.0, [0.05] * 8, valid=False)  # no waypoints: only the answer AUC sees it
+    records = [record(1.0, 2.0, [0.9] * 8), record(2.0, 2.5, [0.5] * 8), *rejected, format_error]
+    analysis = confidence_analysis(records, track)
+    # valid plans 0.9 and 0.5 against rejected 0.2 and 0.95: 2 of 4 pairs ordered
+    assert analysis["plan_auc_valid_vs_rejected"] == pytest.approx(0.5)
+    assert analysis["valid_plans_scored"] == 2 and analysis["rejected_plans_scored"] == 2
+    assert analysis["waypoint"]["min"]["plan_auc_valid_vs_rejected"] == pytest.approx(0.5)
+    # answers: valid 0.9, 0.5 against 0.2, 0.95, 0.05: 4 of 6 pairs ordered
+    assert analysis["answer_auc_valid_vs_rejected"] == pytest.approx(4 / 6)

@@ -356,3 +356,51 @@ def test_the_debug_image_colours_waypoints_by_confidence() -> None:
         return int(((r > 200) & (g < 90) & (b < 90)).sum())
 
     assert red_pixels(0.0) > 20 and red_pixels(1.0) == 0
+
+
+# --- a rejected plan stays in the records
+
+
+WRONG_DIGIT = "3.00, 0.00, 6.00, 0.00, 9.00, 0.00, 12.00, 0.00, 15.00, 0.00, 18.00, 0.00, 21.00, 0.00, 14.00, 0.00"
+
+
+class WrongDigitEngine(ConfidentEngine):
+    """Answers a plan whose last x falls back by 7 m (a wrong tens digit), its characters won with ``low``."""
+
+    def generate(self, prompt, images=(), decode=None, system=None, started_ns=None):
+        generation = super().generate(prompt, images, decode, system)
+        generation.text = text = WRONG_DIGIT
+        start = text.rindex("14.00")
+        generation.token_confidence = [self.low if i >= start else 0.95 for i in range(len(text))]
+        generation.token_spans = lambda: [(i, i + 1) for i in range(len(text))]
+        return generation
+
+
+def test_a_rejected_plan_keeps_its_waypoints_and_confidence_in_records_and_view(tmp_path) -> None:
+    from wam_diff2_ros.replay.records import plan_record
+    from wam_diff2_ros.viewer.scene import STATUS_COLORS, PlanUpdate, view_frame
+
+    runtime = PlannerRuntime(make_config(tmp_path), WrongDigitEngine(low=0.4), Clock(T0))
+    feed(runtime, T0)
+    cycle = runtime.plan(T0)
+    result = cycle.result
+    assert not result.valid and "backward" in result.reason and cycle.path is None
+    assert result.waypoints == ()
+    assert [(w.x, w.y) for w in result.rejected_waypoints][-2:] == [(21.0, 0.0), (14.0, 0.0)]
+    assert result.confidence == pytest.approx(0.4) and len(result.waypoint_confidence) == 8
+    record = plan_record(0, T0, T0, cycle, 1.0)
+    assert record["valid"] is False and record["waypoints"] is None
+    assert record["rejected_waypoints"][-1] == [14.0, 0.0] and record["confidence"] == pytest.approx(0.4)
+    assert len(record["waypoint_token_probabilities"]) == 8
+    frame = view_frame(PlanUpdate(now_ns=T0, result=result))
+    assert frame.status == "rejected" and frame.waypoints[-1] == (14.0, 0.0)
+    assert set(frame.colors) == {STATUS_COLORS["rejected"]}
+    assert frame.info["confidence"] == pytest.approx(0.4) and frame.info["waypoints"][-1] == [14.0, 0.0]
+
+
+def test_a_plan_withheld_for_low_confidence_keeps_its_waypoints_as_rejected(tmp_path) -> None:
+    config = make_config(tmp_path, **{"planning.min_confidence": 0.5})
+    runtime = PlannerRuntime(config, ConfidentEngine(low=0.3), Clock(T0))
+    feed(runtime, T0)
+    result = runtime.plan(T0).result
+    assert not result.valid and result.waypoints == () and len(result.rejected_waypoints) == 8

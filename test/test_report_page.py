@@ -163,6 +163,7 @@ def synthetic(count: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]], d
                 "reason": "" if valid else "kinematics: lateral acceleration 9.1 m/s^2 > 6", "command": "straight",
                 "velocity": [8.0, 0.0], "waypoints": waypoints, "timing": {"total_ms": 400 + k % 50},
                 "raw_text": "4.0, 0.1, 8.0, 0.2", "confidence": 0.5 + 0.5 * math.sin(k),
+                "rejected_waypoints": None if valid else [[4.0 * h, 0.9 * h * h] for h in HORIZONS],
             }
         )  # fmt: skip
         if valid:
@@ -194,6 +195,11 @@ def test_report_page_is_self_contained(tmp_path) -> None:
     assert row["predicted"] == [[round(x, 2), round(y, 2)] for x, y in records[0]["waypoints"]]
     assert row["actual"] == [[8.0 * h, 0.0] for h in HORIZONS] and row["ade"] == round(instants[0]["ade_4s"], 3)
     assert next(r for r in data["rows"] if r["status"] == "blocked")["actual"] is None
+    rejected = next(r for r in data["rows"] if r["status"] == "invalid")
+    source = next(r for r in records if r["instant"] == rejected["instant"])
+    assert rejected["predicted"] is None
+    assert rejected["rejected"] == [[round(x, 2), round(y, 2)] for x, y in source["rejected_waypoints"]]
+    assert rejected["confidence"] == round(source["confidence"], 3)
 
 
 @pytest.mark.slow

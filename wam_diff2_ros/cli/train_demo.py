@@ -32,11 +32,15 @@ def print_report(metrics: dict[str, Any]) -> None:
         f"p90 {q['latency_p90_s']:.3f} s ({q['prompt_tokens']} prompt tokens)"
     )
     for b in q["path_length_by_speed"]:
+        if not b["count"]:
+            continue
         log(
             f"  speed {b['speed_m_s'][0]:.0f}-{b['speed_m_s'][1]:.0f} m/s: median path {b['median_length_m']:.2f} m "
             f"(truth {b['median_gt_length_m']:.2f} m, n={b['count']})"
         )
     for command, entry in q["final_y_by_command"].items():
+        if not entry["count"]:
+            continue
         log(
             f"  {command}: mean final y {entry['mean_final_y_m']:.2f} m "
             f"(truth {entry['mean_gt_final_y_m']:.2f} m, n={entry['count']})"
@@ -48,11 +52,48 @@ def print_report(metrics: dict[str, Any]) -> None:
         f"{d['plausible_rate']:.3f}, valid format {d['valid_rate']:.3f}"
         + (f", ADE {d['ade_m']:.2f} m, FDE {d['fde_m']:.2f} m" if d["ade_m"] is not None else "")
     )
+    print_held_out(metrics)
     log(f"  sweeps: {metrics['sweeps']}")
     log(
         f"training {metrics['training_wall_s']:.0f} s, total {metrics['total_wall_s']:.0f} s; "
         f"shipped {metrics['model']['shipped_bytes'] / 1e6:.2f} MB"
     )
+
+
+def print_held_out(metrics: dict[str, Any]) -> None:
+    """The gate's pass rate and ADE per speed band on the validation and test drives, and the confidence ranking."""
+    for key in ("validation_speeds", "test_speeds", "held_out_drives"):
+        entry = metrics[key]
+        ranking = entry.get("confidence") or {}
+        log(
+            f"{key} (drives {entry['drives'][0]}-{entry['drives'][-1]}, {entry['samples']} instants): "
+            f"plausible {entry['plausible_rate']:.3f}, confidence AUC passed/rejected "
+            f"{ranking.get('auc_passed_vs_rejected')}, Spearman vs ADE {ranking.get('spearman_vs_ade')}"
+        )
+        for band in entry["by_speed_band"]:
+            ade = "-" if band["ade_m"] is None else f"{band['ade_m']:.2f} m"
+            rate = "-" if band["plausible_rate"] is None else f"{band['plausible_rate']:.2f}"
+            log(f"  {band['speed_m_s']} m/s: {band['plans']} plans, plausible {rate}, ADE {ade}")
+
+
+def judge_only(folder: Path | None, out: Path, threads: int, parser: argparse.ArgumentParser) -> int:
+    """``--judge``: the held-out metrics of the demo files in `folder`, into ``out/judgement.json``."""
+    import json
+    import tempfile
+
+    import torch
+
+    from wam_diff2_ros.demo.train.held_out import judge_folder
+
+    if folder is None:
+        parser.error("--judge needs --init-from (the demo files to judge)")
+    torch.set_num_threads(threads)
+    with tempfile.TemporaryDirectory(prefix="wam_diff2_judge_") as tmp:
+        metrics = judge_folder(folder, Path(tmp))
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "judgement.json").write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
+    print_held_out(metrics)
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -105,6 +146,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         "frames of the sample bag's image grid, some others)",
     )
     parser.add_argument(
+        "--speed-frames",
+        type=int,
+        default=defaults.speed_frames,
+        help="instants per drive's road at any speed and pose (0-16 m/s, some off the lane centre), each also "
+        "mirrored (0: none)",
+    )
+    parser.add_argument(
+        "--speed-drives",
+        type=int,
+        default=defaults.speed_drives,
+        help=f"simulated drives the --speed-frames come from (<= {len(DRIVE_SAMPLE_SEEDS)})",
+    )
+    parser.add_argument(
+        "--keep-best",
+        action="store_true",
+        help="probe the validation drives at the start, every --probe-every steps and at the end, and export the "
+        "weights that do best there (gate pass rate, then ADE)",
+    )
+    parser.add_argument(
+        "--judge",
+        action="store_true",
+        help="train nothing: judge the demo files in --init-from on the validation and test drives and write "
+        "judgement.json into --out",
+    )
+    parser.add_argument(
         "--init-from",
         type=Path,
         default=None,
@@ -125,6 +191,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         (args.threads >= 1, "--threads must be >= 1"),
         (args.probe_every >= 0, "--probe-every must be >= 0"),
         (args.drive_frames >= 0, "--drive-frames must be >= 0"),
+        (args.speed_frames >= 0, "--speed-frames must be >= 0"),
+        (
+            1 <= args.speed_drives <= len(DRIVE_SAMPLE_SEEDS),
+            f"--speed-drives must be 1..{len(DRIVE_SAMPLE_SEEDS)}",
+        ),
         (
             1 <= args.sample_drives <= len(DRIVE_SAMPLE_SEEDS),
             f"--sample-drives must be 1..{len(DRIVE_SAMPLE_SEEDS)}",
@@ -154,9 +225,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         drive_frames=args.drive_frames,
         sample_drives=args.sample_drives,
         drive_sizes=args.drive_sizes,
+        speed_frames=args.speed_frames,
+        speed_drives=args.speed_drives,
+        keep_best=args.keep_best,
         init_from=None if args.init_from is None else str(args.init_from),
         sizes=ModelSizes(text_hidden=args.text_hidden, text_layers=args.text_layers),
     )
+    if args.judge:
+        return judge_only(args.init_from, args.out, args.threads, parser)
     command_line = shlex.join(["wam-diff2-train-demo", *(sys.argv[1:] if argv is None else argv)])
     metrics = train(settings, args.out, command_line)
     print_report(metrics)

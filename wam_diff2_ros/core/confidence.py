@@ -22,6 +22,8 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
+
 AGGREGATES: dict[str, Callable[[Sequence[float]], float]] = {
     "min": lambda values: min(values),
     "geomean": lambda values: math.exp(sum(math.log(max(v, 1e-12)) for v in values) / len(values)),
@@ -90,3 +92,33 @@ def waypoint_confidence(token_probabilities: Sequence[Sequence[float]], aggregat
 def plan_confidence(waypoint_confidences: Sequence[float]) -> float:
     """The plan's confidence: its least confident waypoint (0 when there is none)."""
     return float(min(waypoint_confidences)) if waypoint_confidences else 0.0
+
+
+def spearman(a: Sequence[float], b: Sequence[float]) -> float | None:
+    """Spearman's rank correlation (ties get their mean rank); None for fewer than 3 pairs or a constant side."""
+    if len(a) < 3:
+        return None
+    ranks = [_ranks(np.asarray(values, float)) for values in (a, b)]
+    if ranks[0].std() == 0 or ranks[1].std() == 0:
+        return None
+    return float(np.corrcoef(ranks[0], ranks[1])[0, 1])
+
+
+def _ranks(values: np.ndarray) -> np.ndarray:
+    order = np.argsort(values, kind="stable")
+    ranks = np.empty(len(values))
+    ranks[order] = np.arange(len(values), dtype=float)
+    for value in np.unique(values):  # ties: the mean of their ranks
+        tied = values == value
+        ranks[tied] = ranks[tied].mean()
+    return ranks
+
+
+def separation_auc(positive: Sequence[float], negative: Sequence[float]) -> float | None:
+    """The probability that a score of `positive` (e.g. a valid plan's confidence) exceeds one of `negative` (a
+    rejected plan's), ties counting half: the area under the ROC curve. None when a side is empty."""
+    if not len(positive) or not len(negative):
+        return None
+    ranks = _ranks(np.asarray([*positive, *negative], float))
+    n_pos, n_neg = len(positive), len(negative)
+    return float((ranks[:n_pos].sum() - n_pos * (n_pos - 1) / 2) / (n_pos * n_neg))

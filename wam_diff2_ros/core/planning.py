@@ -160,6 +160,9 @@ class PlanResult:
     # with planning.candidates > 1: every decoded answer (core/candidates.py) and which one this plan is (-1: none)
     candidates: tuple[Candidate, ...] = field(default=(), repr=False)
     chosen_candidate: int = -1
+    # an invalid answer that still reads as waypoints (the kinematic gate or a bound rejected it); its
+    # waypoint_confidence / confidence are those of these waypoints, so that rejection can be set against them
+    rejected_waypoints: tuple[Waypoint, ...] = ()
 
     @property
     def stamp_ns(self) -> int:
@@ -219,6 +222,13 @@ def _generate(
     except ImageInputError as exc:
         raise PlanningInputError(f"image rejected by the processor: {exc}") from exc
     return generation, time.perf_counter() - started
+
+
+def read_rejected(text: str, num_waypoints: int, dt: float) -> tuple[tuple[Waypoint, ...], Any] | tuple[()]:
+    """The waypoints of an answer the plan's rules rejected, read without the kinematic gate and bounds, and that
+    parse (for their token probabilities); () when the answer does not read as waypoints at all."""
+    loose = parse_waypoints(text, num_waypoints, dt, 1e9, 1e9, check_kinematics=False)
+    return (loose.waypoints, loose) if loose.valid else ()
 
 
 class InferencePipeline:
@@ -315,7 +325,8 @@ class InferencePipeline:
         reason = parsed.reason
         if not parsed.valid and not getattr(generation, "finished", True):
             reason += f" (no end token within {self.config.decode.max_new_tokens} new tokens)"
-        probabilities = generation_waypoint_probabilities(generation, parsed)
+        rejected = () if parsed.valid else read_rejected(text, self.config.num_waypoints, self.config.waypoint_dt_s)
+        probabilities = generation_waypoint_probabilities(generation, rejected[1] if rejected else parsed)
         waypoint_conf = waypoint_confidence(probabilities) if probabilities else ()
         deadline_met = bool(getattr(generation, "deadline_met", True))
         if started_ns is not None:
@@ -338,6 +349,7 @@ class InferencePipeline:
             deadline_ms=decode.deadline_ms,
             deadline_met=deadline_met,
             early_tokens=int(getattr(generation, "early_tokens", 0)),
+            rejected_waypoints=rejected[0] if rejected else (),
         )
         return result, parsed.numbers
 

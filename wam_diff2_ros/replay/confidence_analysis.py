@@ -10,7 +10,10 @@ reports, for every way of turning token probabilities into a waypoint confidence
   mean of the correlations within each waypoint time, which removes the effect that both change with the
   horizon; a useful confidence has a clearly negative value);
 - a reliability table: waypoints in confidence deciles, mean confidence and mean error per decile;
-- plans above vs below thresholds (the quartiles of the answers' confidence): valid rate and ADE.
+- plans above vs below thresholds (the quartiles of the answers' confidence): valid rate and ADE;
+- whether confidence tells valid plans from rejected ones: the AUC of the plan's confidence (valid vs rejected
+  plans whose answer still reads as waypoints; they keep their waypoints and confidence in the records) and of
+  the answer's least confident token (valid vs every rejected answer).
 
 :func:`decoding_summary` gives the per-run figures the replay's metrics carry (confidence, deadline met,
 steps per block, early tokens).
@@ -26,7 +29,14 @@ from typing import Any
 
 import numpy as np
 
-from wam_diff2_ros.core.confidence import AGGREGATES, WAYPOINT_AGGREGATE, plan_confidence
+from wam_diff2_ros.core.confidence import (
+    AGGREGATES,
+    WAYPOINT_AGGREGATE,
+    plan_confidence,
+    separation_auc,
+    spearman,
+    waypoint_confidence,
+)
 from wam_diff2_ros.replay.evaluation import compute_metrics, to_jsonable
 
 
@@ -59,26 +69,6 @@ def decoding_summary(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
             "median_total_ms": float(np.median([r["timing"]["total_ms"] for r in planned])) if planned else None,
         }
     )
-
-
-def spearman(a: Sequence[float], b: Sequence[float]) -> float | None:
-    """Spearman's rank correlation (ties get their mean rank); None for fewer than 3 pairs or a constant side."""
-    if len(a) < 3:
-        return None
-    ranks = [_ranks(np.asarray(values, float)) for values in (a, b)]
-    if ranks[0].std() == 0 or ranks[1].std() == 0:
-        return None
-    return float(np.corrcoef(ranks[0], ranks[1])[0, 1])
-
-
-def _ranks(values: np.ndarray) -> np.ndarray:
-    order = np.argsort(values, kind="stable")
-    ranks = np.empty(len(values))
-    ranks[order] = np.arange(len(values), dtype=float)
-    for value in np.unique(values):  # ties: the mean of their ranks
-        tied = values == value
-        ranks[tied] = ranks[tied].mean()
-    return ranks
 
 
 def _waypoint_pairs(records: Sequence[Mapping[str, Any]], track: Any, aggregate: str) -> list[tuple[int, float, float]]:
@@ -147,6 +137,17 @@ def confidence_analysis(records: Sequence[Mapping[str, Any]], track: Any) -> dic
         known = [(s, a) for s, a in zip(scores, plan_ade, strict=True) if a is not None]
         return spearman([k[0] for k in known], [k[1] for k in known])
 
+    rejected = [r for r in records if not r.get("valid") and r.get("waypoint_token_probabilities")]
+
+    def plan_auc(aggregate: str) -> float | None:
+        """Does the plan's confidence tell valid plans from rejected ones (that still read as waypoints)?"""
+        scores = [
+            [plan_confidence(waypoint_confidence(r["waypoint_token_probabilities"], aggregate)) for r in group]
+            for group in (plans, rejected)
+        ]
+        return separation_auc(*scores)
+
+    answered = [r for r in records if r.get("answer_confidence") is not None]
     by_aggregate: dict[str, Any] = {}
     for aggregate in AGGREGATES:
         pairs = _waypoint_pairs(records, track, aggregate)
@@ -161,12 +162,22 @@ def confidence_analysis(records: Sequence[Mapping[str, Any]], track: Any) -> dic
             "spearman_within_horizon": _mean(within),
             "reliability": _deciles(pairs),
             "plan_spearman_vs_ade_4s": plan_spearman(aggregate),  # the plan's confidence: min over its waypoints
+            "plan_auc_valid_vs_rejected": plan_auc(aggregate),
         }
     return to_jsonable(
         {
             "plans": len(records),
             "waypoint": by_aggregate,
             "plan_spearman_confidence_vs_ade_4s": by_aggregate[WAYPOINT_AGGREGATE]["plan_spearman_vs_ade_4s"],
+            # AUC of the plan's confidence for valid (positive) vs rejected plans whose answer reads as waypoints,
+            # and of the answer's least confident token for valid vs every rejected answer; 0.5 = no separation
+            "plan_auc_valid_vs_rejected": by_aggregate[WAYPOINT_AGGREGATE]["plan_auc_valid_vs_rejected"],
+            "answer_auc_valid_vs_rejected": separation_auc(
+                [float(r["answer_confidence"]) for r in answered if r.get("valid")],
+                [float(r["answer_confidence"]) for r in answered if not r.get("valid")],
+            ),
+            "valid_plans_scored": len(plans),
+            "rejected_plans_scored": len(rejected),
             "thresholds": _thresholds(records, track),
         }
     )

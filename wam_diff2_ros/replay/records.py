@@ -59,6 +59,7 @@ def plan_record(index: int, t_ns: int, bag_start_ns: int, cycle: Any, wall_ms: f
         raw_text=result.raw_text,
         waypoints=[[float(w.x), float(w.y)] for w in result.waypoints] if result.valid else None,
         yaw=[float(w.yaw) for w in result.waypoints] if result.valid else None,
+        rejected_waypoints=[[float(w.x), float(w.y)] for w in result.rejected_waypoints] or None,
         fixed_frame=cycle.path_fixed.header.frame_id if cycle.path_fixed is not None else None,
         waypoints_fixed=(
             [[float(p.pose.position.x), float(p.pose.position.y)] for p in cycle.path_fixed.poses]

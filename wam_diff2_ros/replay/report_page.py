@@ -3,7 +3,8 @@
 The page holds its data as embedded JSON and draws everything client-side (no network fetches, no images per
 plan): the summary metrics, the error over the horizon (SVG), a sortable, filterable, paginated table of every
 planning instant (one row per ``predictions.jsonl`` line) and, for the row clicked, the predicted and the actual
-path over a bird's-eye view (canvas). Waypoints are rounded to centimetres; 5,000 plans stay a few MB.
+path over a bird's-eye view (canvas); a rejected plan's waypoints are drawn dashed red. Waypoints are rounded to
+centimetres; 5,000 plans stay a few MB.
 """
 
 from __future__ import annotations
@@ -80,6 +81,7 @@ def plan_rows(
                 "confidence": _round(record.get("confidence"), 3),
                 "latency": _round(timing.get("total_ms"), 1),
                 "predicted": _points(record.get("waypoints")),
+                "rejected": _points(record.get("rejected_waypoints")),
                 "actual": actual,
                 "raw_text": (record.get("raw_text") or "")[:RAW_TEXT_CHARS],
                 "candidates": [

@@ -297,17 +297,17 @@ class PlannerRuntime:
         if result.valid and age_s > limit_s:
             cycle.stale = True
             reason = f"stale plan: {age_s:.2f} s old when ready (planning.max_plan_age_s {limit_s:g} s)"
-            result = replace(result, valid=False, waypoints=(), reason=reason)
+            result = _invalid(result, reason)
         minimum = self.config.planning.min_confidence
         if result.valid and minimum > 0 and result.confidence < minimum:
             cycle.unsure = True
             reason = f"low confidence: {result.confidence:.3f} below planning.min_confidence {minimum:g}"
-            result = replace(result, valid=False, waypoints=(), reason=reason)
+            result = _invalid(result, reason)
         points: tuple[TimedPoint, ...] = ()
         if result.valid and self.autoware_msgs is not None:
             points, cycle.autoware_problem = self._autoware_points(result)
             if cycle.autoware_problem:
-                result = replace(result, valid=False, waypoints=(), reason=cycle.autoware_problem)
+                result = _invalid(result, cycle.autoware_problem)
         cycle.result = result
         self.latest_plan = result
         self._plan_messages(cycle, result)
@@ -473,7 +473,7 @@ def _with_end_to_end(result: PlanResult, end_to_end_ms: float) -> PlanResult:
 
 
 def _invalid(result: PlanResult, reason: str) -> PlanResult:
-    """``result`` as an invalid plan (keeps an earlier reason)."""
+    """``result`` as an invalid plan (keeps an earlier reason); its waypoints stay as the rejected ones."""
     if not result.valid:
         return result
-    return replace(result, valid=False, waypoints=(), reason=reason)
+    return replace(result, valid=False, waypoints=(), rejected_waypoints=result.waypoints, reason=reason)

@@ -370,7 +370,7 @@ class LiveView:
                 )
                 for (x, y), color in zip(points, colors, strict=True)
             )
-        else:
+        if not points or frame.status == "rejected":
             texts.append(
                 TextPrimitive(
                     pose=Pose(position=Vector3(x=origin[0], y=origin[1], z=2.0), orientation=identity),
@@ -381,6 +381,7 @@ class LiveView:
                     text=f"{frame.status}: {frame.reason}"[:160],
                 )
             )
+        if not points:
             spheres.append(
                 SpherePrimitive(
                     pose=Pose(position=Vector3(x=origin[0], y=origin[1], z=0.1), orientation=identity),

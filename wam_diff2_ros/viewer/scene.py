@@ -2,7 +2,8 @@
 
 ROS-free and Foxglove-free: :func:`view_frame` turns a plan (the core :class:`PlanResult` with the runtime's
 stale / withheld verdict) into the numbers every channel is drawn from: waypoints in base_link and in the
-odometry's frame, their colours (by confidence where the decoder gives one, else by status), the status
+odometry's frame (a rejected answer's own waypoints where it still reads as waypoints), their colours (by
+confidence where the decoder gives one, else by status; a rejected plan's in the rejected colour), the status
 (``valid``, ``rejected``, ``stale``, ``blocked``) and the JSON the info / diagnostics channels carry.
 :mod:`.live` encodes them in Foxglove's schemas.
 """
@@ -113,12 +114,14 @@ def view_frame(update: PlanUpdate) -> ViewFrame:
         info = {"status": status, "valid": False, "reason": reason, "problems": list(update.problems)}
         return ViewFrame(update.now_ns, status, reason, (), (), (), "", None, (), info)
     observation = result.observation
-    waypoints = tuple((float(w.x), float(w.y)) for w in result.waypoints)
+    # a rejected answer that still reads as waypoints is drawn in the rejected colour, with its confidence in info
+    shown = result.waypoints or getattr(result, "rejected_waypoints", ())
+    waypoints = tuple((float(w.x), float(w.y)) for w in shown)
     confidence, plan_confidence = _confidence(result)
     if len(confidence) != len(waypoints):
         confidence = ()
     by_status = (STATUS_COLORS[status],) * len(waypoints)
-    colors = tuple(confidence_color(c) for c in confidence) if confidence else by_status
+    colors = tuple(confidence_color(c) for c in confidence) if confidence and status != "rejected" else by_status
     pose = observation.ego_pose
     fixed_frame, ego, fixed = "", None, ()
     if pose is not None:

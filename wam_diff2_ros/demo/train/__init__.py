@@ -14,7 +14,7 @@ the 16 numbers with two decimals, exactly like the training data of the real mod
 samples come from different seeds and different drives (images).
 
 Drive samples (``--drive-frames``, :mod:`~wam_diff2_ros.demo.train.drives`): instants of simulated drives (seeds 1-60,
-never the sample bag's seed 0 nor the held-out drives 1000-1002), asked exactly as a replay of their bag asks (speed,
+never the sample bag's seed 0 nor a validation or test drive), asked exactly as a replay of their bag asks (speed,
 measured longitudinal and lateral acceleration, the command in force, the frame at that instant) with the drive's true
 future as the answer, each also mirrored (``left`` ↔ ``right``). ``--init-from`` continues training shipped demo
 files; the shipped model is a base trained on the kinematic samples, continued on both (``scripts/train_demo.sh``).
@@ -37,8 +37,12 @@ of the expanded float32 weights, the training command) and ``metrics.json`` (qua
 samples through the real :class:`~wam_diff2_ros.core.engine.Engine` with the default decoding settings).
 Everything follows from the seeds; with the same thread count the run is repeatable.
 
-Modules: ``config``, ``data``, ``drives``, ``tokens``, ``model``, ``objective``, ``evaluate``, ``loop``; the command
-line is :mod:`wam_diff2_ros.cli.train_demo`.
+Instants at any speed and pose (``--speed-frames``, :mod:`~wam_diff2_ros.demo.train.speeds`) on the same drives'
+roads; validation drives 3000-3005 choose the exported weights (``--keep-best``), test drives 4000-4009 are only
+reported (:mod:`~wam_diff2_ros.demo.train.held_out`, ``--judge``).
+
+Modules: ``config``, ``data``, ``drives``, ``speeds``, ``held_out``, ``tokens``, ``model``, ``objective``,
+``evaluate``, ``loop``; the command line is :mod:`wam_diff2_ros.cli.train_demo`.
 """
 
 from wam_diff2_ros.demo.train.config import (
@@ -58,9 +62,12 @@ from wam_diff2_ros.demo.train.config import (
     MAX_SPEED,
     NUM_WAYPOINTS,
     SPECIAL_IDS,
+    SPEED_BANDS,
     SPEED_CAP,
+    TEST_DRIVE_SEEDS,
     TRAIN_DRIVE_SEEDS,
     TRAIN_SEED,
+    VALIDATION_DRIVE_SEEDS,
     WAYPOINT_DT,
     ModelSizes,
     demo_config,
@@ -108,10 +115,13 @@ __all__ = [
     "MAX_SPEED",
     "NUM_WAYPOINTS",
     "SPECIAL_IDS",
+    "SPEED_BANDS",
     "SPEED_CAP",
     "SWEEP_SPEEDS",
+    "TEST_DRIVE_SEEDS",
     "TRAIN_DRIVE_SEEDS",
     "TRAIN_SEED",
+    "VALIDATION_DRIVE_SEEDS",
     "WAYPOINT_DT",
     "DrivingSample",
     "ImagePool",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +33,11 @@ DRIVE_SECONDS = 25.0
 SPECIAL_IDS = ALL_SPECIAL_TOKEN_IDS
 TRAIN_SEED, HELD_OUT_SEED = 1, 2
 TRAIN_DRIVE_SEEDS = tuple(range(10))  # seed 0 is the default sample bag's drive
-HELD_OUT_DRIVE_SEEDS = (1000, 1001, 1002)
+# Drives no stage trains on: validation (the runs' checkpoints are chosen on them) and test (reported only, never
+# used to choose). Seeds 5000 and above are left to the closed-loop scenarios.
+VALIDATION_DRIVE_SEEDS = tuple(range(3000, 3006))
+TEST_DRIVE_SEEDS = tuple(range(4000, 4010))
+HELD_OUT_DRIVE_SEEDS = TEST_DRIVE_SEEDS
 # Drives whose instants become samples (``demo/train/drives.py``); seed 0, the sample bag's drive, is not one of
 # them, so the demo replay measures the model on a drive it never saw as a sample.
 DRIVE_SAMPLE_SEEDS = tuple(range(1, 61))
@@ -41,7 +46,11 @@ DRIVE_SAMPLE_SEEDS = tuple(range(1, 61))
 CAMERA_IMAGE_SIZES = ((960, 540), (640, 360), (1280, 720), (960, 540), (640, 360), (1280, 720), (320, 180), (800, 600))
 # ``--drive-sizes``: the frame sizes each choice renders the drive instants at.
 DRIVE_IMAGE_SIZES = {"mixed": IMAGE_SIZES, "camera": CAMERA_IMAGE_SIZES}
-HELD_OUT_DRIVE_FRAMES = 8  # instants per held-out drive in the drive evaluation (each also mirrored)
+HELD_OUT_DRIVE_FRAMES = 4  # instants per test drive in the drive evaluation (each also mirrored)
+VALIDATION_SPEED_FRAMES = 4  # instants at any speed and pose per validation drive (each also mirrored)
+TEST_SPEED_FRAMES = 8  # ... per test drive
+# Speed bands the evaluation reports the gate's pass rate and ADE in (m/s; the last is open).
+SPEED_BANDS = ((0.0, 2.0), (2.0, 5.0), (5.0, 10.0), (10.0, 15.0), (15.0, math.inf))
 
 
 @dataclass(frozen=True)

@@ -9,10 +9,17 @@ from typing import Any
 
 import numpy as np
 
+from wam_diff2_ros.core.confidence import (
+    generation_waypoint_probabilities,
+    plan_confidence,
+    separation_auc,
+    spearman,
+    waypoint_confidence,
+)
 from wam_diff2_ros.core.engine.decoding import DecodeConfig
 from wam_diff2_ros.core.parsing import parse_waypoints
 from wam_diff2_ros.core.prompts import build_planning_prompt
-from wam_diff2_ros.demo.train.config import COMMANDS, MAX_SPEED
+from wam_diff2_ros.demo.train.config import COMMANDS, MAX_SPEED, SPEED_BANDS
 from wam_diff2_ros.demo.train.data import DrivingSample, ImagePool
 
 
@@ -49,6 +56,11 @@ def evaluate(
             "num_prompt_tokens": result.num_prompt_tokens,
             "image_size": "x".join(str(n) for n in images[sample.image_index].shape[1::-1]),
         }
+        probabilities = generation_waypoint_probabilities(result, parsed) if parsed.valid else ()
+        row["confidence"] = plan_confidence(waypoint_confidence(probabilities)) if probabilities else None
+        if plausible:
+            pred = np.array([[w.x, w.y] for w in parsed.waypoints])
+            row["gate_ade"] = float(np.linalg.norm(pred - np.asarray(sample.waypoints), axis=1).mean())
         if parsed.valid:
             pred = np.array([[w.x, w.y] for w in parsed.waypoints])
             errors = np.linalg.norm(pred - np.asarray(sample.waypoints), axis=1)
@@ -85,6 +97,8 @@ def evaluate(
         members = [r for r in rows if r["image_size"] == size]
         by_size[size] = {"count": len(members), "valid_rate": sum(r["valid"] for r in members) / len(members)}
 
+    gated = [r["gate_ade"] for r in rows if r["plausible"]]
+
     def mean_of(key: str) -> float | None:
         return statistics.fmean([r[key] for r in valid]) if valid else None
 
@@ -95,6 +109,7 @@ def evaluate(
         "plausible_rate": sum(r["plausible"] for r in rows) / len(rows) if rows else 0.0,
         "ade_m": mean_of("ade"),
         "fde_m": mean_of("fde"),
+        "plausible_ade_m": statistics.fmean(gated) if gated else None,
         "median_ade_m": statistics.median([r["ade"] for r in valid]) if valid else None,
         "mean_steps_per_block": statistics.fmean(steps) if steps else None,
         "mean_blocks": statistics.fmean([len(r["steps"]) for r in rows]) if rows else None,
@@ -102,7 +117,9 @@ def evaluate(
         "latency_p50_s": latencies[len(latencies) // 2] if latencies else None,
         "latency_p90_s": latencies[min(len(latencies) - 1, int(0.9 * len(latencies)))] if latencies else None,
         "prompt_tokens": rows[0]["num_prompt_tokens"] if rows else None,
+        "confidence": confidence_ranking(rows),
         "path_length_by_speed": length_by_speed,
+        "by_speed_band": speed_bands(rows),
         "final_y_by_command": final_y,
         "valid_rate_by_image_size": by_size,
         "checks": {
@@ -112,6 +129,39 @@ def evaluate(
             "straight_final_y_near_zero": straight is not None and abs(straight) < 1.0,
         },
     }
+
+
+def confidence_ranking(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Does the plan's confidence (``core/confidence.py``) predict the gate's verdict (AUC, plans that pass against
+    plans it rejects whose answer reads as waypoints) and rank the error of the plans that pass (Spearman of
+    confidence against ADE; negative is useful)?"""
+    scored = [r for r in rows if r.get("confidence") is not None]
+    passed = [r for r in scored if r["plausible"]]
+    return {
+        "plans_scored": len(scored),
+        "auc_passed_vs_rejected": separation_auc(
+            [r["confidence"] for r in passed], [r["confidence"] for r in scored if not r["plausible"]]
+        ),
+        "spearman_vs_ade": spearman([r["confidence"] for r in passed], [r["gate_ade"] for r in passed]),
+    }
+
+
+def speed_bands(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per band of prompt speed (`SPEED_BANDS`): plans, the share that passes the kinematic gate, and ADE at 4 s
+    (mean over the 8 waypoints) of the plans that pass it, as the replay measures it."""
+    bands = []
+    for lo, hi in SPEED_BANDS:
+        members = [r for r in rows if lo <= r["speed"] < hi]
+        passed = [r["gate_ade"] for r in members if r["plausible"]]
+        bands.append(
+            {
+                "speed_m_s": [lo, hi if hi != float("inf") else None],
+                "plans": len(members),
+                "plausible_rate": len(passed) / len(members) if members else None,
+                "ade_m": statistics.fmean(passed) if passed else None,
+            }
+        )
+    return bands
 
 
 SWEEP_SPEEDS = (2.0, 6.0, 10.0, 14.0, 18.0)

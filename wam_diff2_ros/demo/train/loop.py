@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import platform
@@ -27,7 +28,6 @@ from wam_diff2_ros.demo.train.config import (
     DRIVE_IMAGE_SIZES,
     DRIVE_SAMPLE_SEEDS,
     FULL_VOCAB_SIZE,
-    HELD_OUT_DRIVE_FRAMES,
     HELD_OUT_DRIVE_SEEDS,
     HELD_OUT_SEED,
     TRAIN_DRIVE_SEEDS,
@@ -38,6 +38,7 @@ from wam_diff2_ros.demo.train.config import (
 from wam_diff2_ros.demo.train.data import DrivingSample, ImagePool, make_samples, render_image_pool
 from wam_diff2_ros.demo.train.drives import drive_samples
 from wam_diff2_ros.demo.train.evaluate import behaviour_sweeps, evaluate
+from wam_diff2_ros.demo.train.held_out import judge, test_sets, validation_set
 from wam_diff2_ros.demo.train.model import build_training_model, compact_weights, load_compact_into
 from wam_diff2_ros.demo.train.objective import (
     TrainingBatch,
@@ -71,6 +72,9 @@ class TrainSettings:
     sample_drives: int = 20
     drive_sizes: str = "mixed"  # the drive instants' frame sizes: a key of DRIVE_IMAGE_SIZES
     init_from: str | None = None  # a folder of shipped demo files to continue training from
+    speed_frames: int = 0  # instants at any speed and pose per drive (demo/train/speeds.py; 0: none)
+    speed_drives: int = 60
+    keep_best: bool = False  # export the probed weights (the start included) that do best on the validation drives
     sizes: ModelSizes = field(default_factory=ModelSizes)
 
 
@@ -185,16 +189,35 @@ def train(settings: TrainSettings, out_dir: Path, command_line: str) -> dict[str
                 sizes=DRIVE_IMAGE_SIZES[settings.drive_sizes],
             )
             drive_train = [replace(s, image_index=s.image_index + len(train_pool.images)) for s in drive_train]
-        held_drive_pool, held_drive = drive_samples(HELD_OUT_DRIVE_SEEDS, HELD_OUT_DRIVE_FRAMES, seed=HELD_OUT_SEED)
+        speed_pool, speed_train = ImagePool([], {}), []
+        if settings.speed_frames:
+            from wam_diff2_ros.demo.train.speeds import speed_samples
+
+            log(f"rendering {settings.speed_frames} instants at any speed on each of {settings.speed_drives} roads ...")
+            speed_pool, speed_train = speed_samples(
+                DRIVE_SAMPLE_SEEDS[: settings.speed_drives],
+                settings.speed_frames,
+                seed=TRAIN_SEED,
+                sizes=DRIVE_IMAGE_SIZES[settings.drive_sizes],
+            )
+            offset = len(train_pool.images) + len(drive_pool.images)
+            speed_train = [replace(s, image_index=s.image_index + offset) for s in speed_train]
+        validation_pool, validation = validation_set()
+        tests = test_sets()
+        held_drive_pool, held_drive = tests["held_out_drives"]
         train_pixels = [
             preprocess_image(img, processor.image_config, processor.min_pixels, processor.max_pixels)
-            for img in [*train_pool.images, *drive_pool.images]
+            for img in [*train_pool.images, *drive_pool.images, *speed_pool.images]
         ]
         held_pixels = [
             preprocess_image(img, processor.image_config, processor.min_pixels, processor.max_pixels)
             for img in held_pool.images
         ]
-        train_samples = make_samples(settings.train_samples, TRAIN_SEED, train_pool.by_command) + drive_train
+        train_samples = [
+            *make_samples(settings.train_samples, TRAIN_SEED, train_pool.by_command),
+            *drive_train,
+            *speed_train,
+        ]
         held_samples = make_samples(max(settings.eval_samples, 64), HELD_OUT_SEED, held_pool.by_command)
         train_examples = tokenise(train_samples, processor, train_pixels)
         held_examples = tokenise(held_samples[:64], processor, held_pixels)
@@ -204,8 +227,10 @@ def train(settings: TrainSettings, out_dir: Path, command_line: str) -> dict[str
         response_blocks = [len(e.response_ids) // BLOCK_SIZE for e in train_examples]
         prompt_lengths = [len(e.prompt_ids) for e in train_examples]
         log(
-            f"{len(train_examples)} training ({len(drive_train)} from drives) / {len(held_samples)} + "
-            f"{len(held_drive)} held-out samples, {len(train_pixels)} + {len(held_pool.images)} images, "
+            f"{len(train_examples)} training ({len(drive_train)} from drives, {len(speed_train)} at any speed) / "
+            f"{len(validation)} validation / {len(held_samples)} + {len(held_drive)} + "
+            f"{len(tests['test_speeds'][1])} held-out samples, "
+            f"{len(train_pixels)} + {len(held_pool.images)} images, "
             f"vocabulary {len(vocab_ids)} tokens, prompt "
             f"{min(prompt_lengths)}-{max(prompt_lengths)} tokens, response blocks "
             f"{min(response_blocks)}-{max(response_blocks)} ({time.perf_counter() - started:.0f} s)"
@@ -240,7 +265,9 @@ def train(settings: TrainSettings, out_dir: Path, command_line: str) -> dict[str
             probe_dir = work / f"probe-{label}"
             export_demo(model, vocab_ids, config, probe_dir, {"probe": label})
             engine = load_engine(probe_dir, work / "probe-cache")
-            if settings.drive_frames:  # what the replay measures: instants of unseen drives
+            if settings.keep_best:  # the validation drives, at any speed: what the weights are chosen on
+                result = evaluate(engine, validation, validation_pool.images)
+            elif settings.drive_frames:  # what the replay measures: instants of unseen drives
                 result = evaluate(engine, held_drive[: settings.probe_samples], held_drive_pool.images)
             else:
                 result = evaluate(engine, held_samples[: settings.probe_samples], held_pool.images)
@@ -252,12 +279,20 @@ def train(settings: TrainSettings, out_dir: Path, command_line: str) -> dict[str
                 f"  probe {label}: valid {result['valid_rate']:.2f}, plausible {result['plausible_rate']:.2f}, "
                 f"ADE {ade}, steps/block {result['mean_steps_per_block']:.1f} on {result['samples']} held-out prompts"
             )
-            return {
+            entry = {
                 "at": label,
+                "on": "validation drives" if settings.keep_best else "held-out samples",
                 "valid_rate": result["valid_rate"],
                 "plausible_rate": result["plausible_rate"],
                 "ade_m": result["ade_m"],
             }
+            if settings.keep_best:
+                score = (result["plausible_rate"], -(result["plausible_ade_m"] or math.inf))
+                if best["score"] is None or score > best["score"]:
+                    best.update(score=score, at=label, state=copy.deepcopy(model.state_dict()))
+            return entry
+
+        best: dict[str, Any] = {"score": None, "at": None, "state": None}
 
         held_rng = np.random.default_rng(HELD_OUT_SEED + 100)
         held_batches = [
@@ -270,6 +305,10 @@ def train(settings: TrainSettings, out_dir: Path, command_line: str) -> dict[str
         train_started = time.perf_counter()
         probe_seconds = 0.0
         log(f"model: {parameters / 1e6:.2f} M trainable parameters; {total_steps} steps")
+        if settings.keep_best:
+            model.eval()
+            probes.append(probe("step 0"))
+            probe_seconds += time.perf_counter() - train_started
         for epoch in range(settings.epochs):
             order = rng.permutation(len(train_examples))
             losses = []
@@ -291,7 +330,9 @@ def train(settings: TrainSettings, out_dir: Path, command_line: str) -> dict[str
                 if step % 50 == 0:
                     elapsed = time.perf_counter() - train_started - probe_seconds
                     log(f"  step {step}/{total_steps} loss {statistics.fmean(losses[-50:]):.4f} ({elapsed:.0f} s)")
-                if settings.probe_every and step % settings.probe_every == 0 and step < total_steps:
+                if (settings.probe_every and step % settings.probe_every == 0 and step < total_steps) or (
+                    settings.keep_best and step == total_steps
+                ):
                     probe_started = time.perf_counter()
                     model.eval()
                     probes.append(probe(f"step {step}"))
@@ -311,6 +352,9 @@ def train(settings: TrainSettings, out_dir: Path, command_line: str) -> dict[str
                 f"({entry['elapsed_s']:.0f} s)"
             )
         train_seconds = time.perf_counter() - train_started - probe_seconds
+        if settings.keep_best:
+            model.load_state_dict(best["state"])
+            log(f"keeping the weights at {best['at']} (best on the validation drives)")
 
         training = {
             "command": command_line,
@@ -321,23 +365,20 @@ def train(settings: TrainSettings, out_dir: Path, command_line: str) -> dict[str
             "python": platform.python_version(),
             "cpu_threads": settings.threads,
             "init_from": init,
+            "chosen": best["at"] if settings.keep_best else f"step {total_steps}",
+            "probe_s": round(probe_seconds, 1),
         }
         manifest = export_demo(model, vocab_ids, config, out_dir, training)
         log(f"evaluating {settings.eval_samples} held-out samples through the engine ...")
         engine = load_engine(out_dir, work / "cache")
         quality = evaluate(engine, held_samples[: settings.eval_samples], held_pool.images)
         sweeps = behaviour_sweeps(engine, held_pool)
-        log(f"evaluating {len(held_drive)} instants of the held-out drives through the engine ...")
-        drives_quality = {
-            "drives": list(HELD_OUT_DRIVE_SEEDS),
-            "instants_per_drive": HELD_OUT_DRIVE_FRAMES,
-            "mirrored": True,
-            **evaluate(engine, held_drive, held_drive_pool.images),
-        }
+        log("evaluating the validation and test drives through the engine ...")
+        judged = judge(engine, (validation_pool, validation), tests)
         engine.close()
     metrics = {
         "held_out": quality,
-        "held_out_drives": drives_quality,
+        **judged,
         "sweeps": sweeps,
         "epochs": epochs_log,
         "probes": probes,
