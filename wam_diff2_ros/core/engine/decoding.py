@@ -33,6 +33,7 @@ from ..timing import StageTiming
 from ..tokens import EOS_TOKEN_ID, MASK_TOKEN_ID
 from .deadline import Clock, DeadlineBudget, NoDeadline, blocks_to_share, deadline_for
 from .observers import StageClock, TokenConfidence
+from .runners import Runner
 from .sampling import RowSampling, SamplingParams
 from .selection import Runners
 
@@ -201,10 +202,8 @@ def block_diffusion_decode(
     backbone's runners kept across decodes (None builds them for this call). With `config.deadline_ms` > 0 the steps
     are compressed to finish by `started_ns + deadline_ms` on `clock` (deadline.py), the time shared among
     `expected_blocks` blocks (default: every block up to `max_new_tokens`); without one the clock is not read.
-
-    `row_temperatures` (candidate batches, core/candidates.py): a one-prompt batch is prefilled once, its cache
-    broadcast to one row per temperature, and each row sampled at its own temperature (`sampling.RowSampling`;
-    top-k / top-p and the seed from `config`); a row at 0 gives the prompt's greedy answer.
+    `row_temperatures` (candidate batches): a one-prompt batch prefilled once, then one row per temperature
+    (`_broadcast_rows`); a row at 0 gives the prompt's greedy answer.
     """
     device = input_ids.device
     batch, prompt_len = input_ids.shape
@@ -224,13 +223,9 @@ def block_diffusion_decode(
     vision_s = runner.prefill(input_ids, prompt_mask, prompt_positions, pixel_values, image_grid_thw, capacity)
     sampling: SamplingParams = config
     if row_temperatures is not None:  # candidate rows: the one prefilled prompt broadcast to every row
-        if batch != 1:
-            raise ValueError(f"row_temperatures need a one-prompt batch, got {batch} prompts")
-        batch = len(row_temperatures)
-        runner.expand(batch, prompt_len)
-        full_mask = full_mask.expand(batch, -1, -1, -1)
-        rope_deltas = rope_deltas.expand(batch, -1)
-        sampling = RowSampling(tuple(float(t) for t in row_temperatures), config.top_k, config.top_p)
+        batch, full_mask, rope_deltas, sampling = _broadcast_rows(
+            runner, row_temperatures, prompt_len, full_mask, rope_deltas, config
+        )
     stages.prefilled(vision_s)
 
     response = torch.full((batch, num_blocks * block_size), mask_id, dtype=input_ids.dtype, device=device)
@@ -241,8 +236,7 @@ def block_diffusion_decode(
     schedule = transfer_schedule(block_size, config.denoising_steps)
     steps_per_block: list[int] = []
     for block in range(num_blocks):
-        block_start = prompt_len + block * block_size
-        block_end = block_start + block_size
+        block_start, block_end = prompt_len + block * block_size, prompt_len + (block + 1) * block_size
         with stages.stage("denoise"):
             tokens = torch.full((batch, block_size), mask_id, dtype=input_ids.dtype, device=device)
             if any_finished:
@@ -293,6 +287,24 @@ def block_diffusion_decode(
         with deadline.commit(), stages.stage("commit", phase="commit"):
             runner.commit(tokens, positions, step_mask, block_start)
     return _decode_output(response, confidences, finished, steps_per_block, deadline, stages.finish(), config)
+
+
+def _broadcast_rows(
+    runner: Runner,
+    temperatures: tuple[float, ...],
+    prompt_len: int,
+    full_mask: torch.Tensor,
+    rope_deltas: torch.Tensor,
+    config: DecodeConfig,
+) -> tuple[int, torch.Tensor, torch.Tensor, RowSampling]:
+    """A one-prompt batch's prefilled cache, mask and rope deltas broadcast to one row per temperature, and the
+    per-row sampling (candidate batches)."""
+    if full_mask.shape[0] != 1:
+        raise ValueError(f"row_temperatures need a one-prompt batch, got {full_mask.shape[0]} prompts")
+    rows = len(temperatures)
+    runner.expand(rows, prompt_len)
+    sampling = RowSampling(tuple(float(t) for t in temperatures), config.top_k, config.top_p)
+    return rows, full_mask.expand(rows, -1, -1, -1), rope_deltas.expand(rows, -1), sampling
 
 
 def _block_positions(block_start: int, block_size: int, rope_deltas: torch.Tensor, batch: int, device) -> torch.Tensor:
