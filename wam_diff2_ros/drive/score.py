@@ -315,8 +315,8 @@ class EpisodeScorer:
             for j in geo["contacts"]:
                 if j not in seen:
                     seen.add(j)
-                    kind = "vehicle" if self.world.obstacles[j].agent else "object"
-                    events.append({"t": trace.t[i], "kind": "contact", "text": f"contact with a {kind} (#{j})"})
+                    kind = "a vehicle" if self.world.obstacles[j].agent else "an object"
+                    events.append({"t": trace.t[i], "kind": "contact", "text": f"contact with {kind} (#{j})"})
             if not geo["on_road"] and not off:
                 events.append({"t": trace.t[i], "kind": "off_road", "text": "a corner left the drivable area"})
             if geo["on_road"] and off:
