@@ -1,14 +1,11 @@
 #!/usr/bin/env bash
-# Retrain the shipped demo model from scratch, in its four stages, into wam_diff2_ros/demo/weights/
+# Retrain the shipped demo model from scratch, in its three stages, into wam_diff2_ros/demo/weights/
 # (docs/demo_model.md):
 #
 #   1. base:      synthetic kinematic samples only (3000 steps);                          written to $WORK/base
 #   2. drives:    continue the base on those samples plus instants of 20 simulated drives and their mirror images
 #                 (what a replay of a sample bag asks), mostly at the sample bag's image grid; written to $WORK/drives
-#   3. refine:    continue at a lower learning rate on instants of 40 drives;                  written to $WORK/refine
-#   4. speeds:    continue on instants at any speed (0-16 m/s) and pose on the roads of 60 drives, plus stage 2's
-#                 data; the weights are chosen on the validation drives (3000-3005: the start, the end of each
-#                 epoch); the test drives (4000-4009) are only reported;          written to demo/weights/ (or $OUT)
+#   3. refine:    continue at a lower learning rate on instants of 40 drives;   written to demo/weights/ (or $OUT)
 #
 # A base already in $WORK/base is reused. Same seeds, torch build and thread count -> the same weights; the manifest
 # records each stage's command, wall time and the base's sha256.
@@ -36,10 +33,5 @@ echo "[train_demo] stage 2: continuing on simulated drives (900 steps, about 20 
   --drive-sizes camera --epochs 3 --lr 1.5e-3 --warmup-steps 30 --eval-samples 20 --probe-every 0
 
 echo "[train_demo] stage 3: refining on instants of 40 drives (380 steps, about 11 min on 2 cores)"
-"${TRAIN[@]}" --out "$WORK/refine" --init-from "$WORK/drives" --train-samples 480 --drive-frames 32 --sample-drives 40 \
+"${TRAIN[@]}" --out "$OUT" --init-from "$WORK/drives" --train-samples 480 --drive-frames 32 --sample-drives 40 \
   --drive-sizes camera --epochs 1 --lr 5e-4 --warmup-steps 10 --eval-samples 20 --probe-every 0
-
-echo "[train_demo] stage 4: any speed and pose on 60 drives' roads, chosen on the validation drives (720 steps)"
-"${TRAIN[@]}" --out "$OUT" --init-from "$WORK/refine" --train-samples 320 --drive-frames 8 --sample-drives 40 \
-  --speed-frames 16 --speed-drives 60 --drive-sizes camera --epochs 2 --lr 1e-3 --warmup-steps 20 --eval-samples 20 \
-  --probe-every 360 --keep-best
