@@ -10,8 +10,10 @@ import pytest
 
 pytest.importorskip("rclpy", reason="rclpy is not importable (install the PyPI ROS 2 wheels)")
 
+from core_helpers import tiny_checkpoint
 from nav_msgs.msg import Odometry
-from node_helpers import ScriptedEngine, ScriptedGeneration, rgb_image_msg, tiny_checkpoint
+from node_helpers import rgb_image_msg
+from scripted_engine import ScriptedEngine, ScriptedGeneration
 from std_msgs.msg import String
 from visualization_msgs.msg import Marker
 

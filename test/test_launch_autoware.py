@@ -66,7 +66,8 @@ def test_compressed_camera_sim_time_and_wheelbase(launch_module) -> None:
 def test_launched_node_speaks_autowares_topics(launch_module, tmp_path) -> None:
     pytest.importorskip("rclpy", reason="rclpy is not importable")
     pytest.importorskip("autoware_planning_msgs", reason="autoware messages missing: run wam-diff2-build-interfaces")
-    from node_helpers import Harness, NodeProcess, tiny_checkpoint, wait_until
+    from core_helpers import tiny_checkpoint, wait_until
+    from node_helpers import Harness, NodeProcess
 
     ctx = context(launch_module, model_path=str(tiny_checkpoint()), device="cpu", dtype="float32")
     (node_action,) = nodes(launch_module.launch_setup(ctx))

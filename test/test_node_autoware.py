@@ -24,6 +24,7 @@ autoware_planning_msgs = pytest.importorskip(
 
 from autoware_internal_planning_msgs.msg import CandidateTrajectories  # noqa: E402
 from autoware_vehicle_msgs.msg import TurnIndicatorsCommand  # noqa: E402
+from core_helpers import wait_until  # noqa: E402
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus  # noqa: E402
 from nav_msgs.msg import Path as PathMsg  # noqa: E402
 from node_helpers import (  # noqa: E402
@@ -35,7 +36,6 @@ from node_helpers import (  # noqa: E402
     SensorFeeder,
     diagnostic_status,
     node_command,
-    wait_until,
     write_params,
 )
 
