@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from wam_diff2_ros.replay.confidence import spearman
+from wam_diff2_ros.replay.confidence_analysis import spearman
 from wam_diff2_ros.replay.evaluation import to_jsonable
 
 Pair = tuple[Mapping[str, Any], Mapping[str, Any]]  # (planned record, its instant)
