@@ -59,7 +59,14 @@ TEXT = st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size
 
 def test_all_messages_are_generated(interfaces) -> None:
     names = {p.stem for p in (REPO_ROOT / "msg").glob("*.msg")}
-    expected = {"DrivingCommand", "TrajectoryPoint", "InferenceTiming", "PlannedTrajectory", "Detection"}
+    expected = {
+        "DrivingCommand",
+        "TrajectoryPoint",
+        "InferenceTiming",
+        "PlannedTrajectory",
+        "PlanCandidate",
+        "Detection",
+    }
     assert names == expected | {"DetectionArray"}
     for name in names:
         assert getattr(wmsg, name).__module__.startswith("wam_diff2_ros.msg")
@@ -90,6 +97,17 @@ def test_planned_trajectory_fields(interfaces) -> None:
         "deadline_met": "boolean",
         "early_tokens": "uint16",
         "model": "string",
+        "candidates": "sequence<wam_diff2_ros/PlanCandidate>",
+        "chosen_candidate": "int16",
+    }
+    assert wmsg.PlanCandidate.get_fields_and_field_types() == {
+        "index": "uint8",
+        "temperature": "float",
+        "points": "sequence<wam_diff2_ros/TrajectoryPoint>",
+        "valid": "boolean",
+        "invalid_reason": "string",
+        "score": "float",
+        "raw_text": "string",
     }
     assert wmsg.TrajectoryPoint.get_fields_and_field_types() == {
         "time_from_start": "builtin_interfaces/Duration",

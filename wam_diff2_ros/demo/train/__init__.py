@@ -84,7 +84,8 @@ from wam_diff2_ros.demo.train.data import (
     turn_knots,
 )
 from wam_diff2_ros.demo.train.evaluate import SWEEP_SPEEDS, behaviour_sweeps, evaluate, path_length
-from wam_diff2_ros.demo.train.loop import TrainSettings, export_demo, load_engine, log, make_batch, tokenise, train
+from wam_diff2_ros.demo.train.held_out import load_engine
+from wam_diff2_ros.demo.train.loop import TrainSettings, export_demo, log, make_batch, tokenise, train
 from wam_diff2_ros.demo.train.model import build_training_model, compact_weights, restrict_vocabulary, training_config
 from wam_diff2_ros.demo.train.objective import (
     TrainingBatch,

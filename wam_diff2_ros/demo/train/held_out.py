@@ -61,10 +61,16 @@ def judge(engine: Any, validation: HeldOut, tests: dict[str, HeldOut]) -> dict[s
     return result
 
 
+def load_engine(demo_dir: Path, cache_dir: Path) -> Any:
+    """The demo files in `demo_dir` expanded into `cache_dir` and loaded as an engine (CPU, float32)."""
+    from wam_diff2_ros.core.engine import Engine
+    from wam_diff2_ros.demo import expand as demo_files
+
+    return Engine.load(demo_files.demo_checkpoint(cache_dir=cache_dir, demo_dir=demo_dir), "cpu", "float32")
+
+
 def judge_folder(demo_dir: Path, cache_dir: Path) -> dict[str, Any]:
     """:func:`judge` for the demo files in `demo_dir` (e.g. the shipped ones), through the real engine."""
-    from wam_diff2_ros.demo.train.loop import load_engine
-
     engine = load_engine(demo_dir, cache_dir)
     try:
         return judge(engine, validation_set(), test_sets())

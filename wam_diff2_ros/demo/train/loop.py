@@ -38,7 +38,7 @@ from wam_diff2_ros.demo.train.config import (
 from wam_diff2_ros.demo.train.data import DrivingSample, ImagePool, make_samples, render_image_pool
 from wam_diff2_ros.demo.train.drives import drive_samples
 from wam_diff2_ros.demo.train.evaluate import behaviour_sweeps, evaluate
-from wam_diff2_ros.demo.train.held_out import judge, test_sets, validation_set
+from wam_diff2_ros.demo.train.held_out import judge, load_engine, test_sets, validation_set
 from wam_diff2_ros.demo.train.model import build_training_model, compact_weights, load_compact_into
 from wam_diff2_ros.demo.train.objective import (
     TrainingBatch,
@@ -157,12 +157,6 @@ def initial_weights(folder: Path) -> dict[str, Any]:
         "compact_sha256": digest,
         "training": manifest.get("training"),
     }
-
-
-def load_engine(demo_dir: Path, cache_dir: Path) -> Any:
-    from wam_diff2_ros.core.engine import Engine
-
-    return Engine.load(demo_files.demo_checkpoint(cache_dir=cache_dir, demo_dir=demo_dir), "cpu", "float32")
 
 
 def train(settings: TrainSettings, out_dir: Path, command_line: str) -> dict[str, Any]:
