@@ -67,8 +67,8 @@ def test_device_preprocessing_matches_host_and_reference() -> None:
     assert figures["timing"]["host_pixel_values_ms"] > 0
 
 
-def test_preprocess_compares_with_another_processor_file() -> None:
-    from wam_diff2_ros.core import processor
+def test_preprocess_compares_with_another_preprocessing_file() -> None:
+    from wam_diff2_ros.core import image_preprocess
 
-    timing = compare(((320, 180),), repeats=1, previous=Path(processor.__file__))["timing"]
+    timing = compare(((320, 180),), repeats=1, previous=Path(image_preprocess.__file__))["timing"]
     assert timing["previous_identical"] is True and timing["previous_ms"] > 0
