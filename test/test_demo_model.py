@@ -412,11 +412,11 @@ def test_plans_on_held_out_drives_pass_the_kinematic_gate(engine):
 
 def test_plans_at_any_speed_on_a_test_road_pass_the_gate_near_the_measured_rate(engine):
     """Instants at any speed and pose on a test drive's road (never trained on, never used to choose the weights):
-    the share that passes the gate stays near the one the training measured on all test drives."""
+    the share that passes the gate stays near the one measured on the validation drives."""
     from wam_diff2_ros.demo.train.speeds import speed_samples
 
     pool, samples = speed_samples(train_demo.TEST_DRIVE_SEEDS[3:4], 6, seed=train_demo.HELD_OUT_SEED + 37)
     metrics = train_demo.evaluate(engine, samples, pool.images, DecodeConfig())
-    measured = METRICS["test_speeds"]
-    assert metrics["plausible_rate"] >= measured["plausible_rate"] - 0.3, metrics  # 12 plans against 160
-    assert [b["speed_m_s"] for b in metrics["by_speed_band"]] == [b["speed_m_s"] for b in measured["by_speed_band"]]
+    measured = METRICS["validation_speeds"]  # the same kind of instants on the validation drives
+    assert metrics["plausible_rate"] >= measured["plausible_rate"] - 0.3, metrics  # 12 plans against 48
+    assert sum(b["plans"] for b in metrics["by_speed_band"]) == len(samples)
