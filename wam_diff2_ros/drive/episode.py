@@ -98,7 +98,7 @@ class Episode:
         log: Callable[[str], None] | None = None,
         world: World | None = None,
     ) -> None:
-        from wam_diff2_ros.ros.inputs import input_table
+        from wam_diff2_ros.ros.input_rows import input_table
         from wam_diff2_ros.ros.runtime import PlannerRuntime
         from wam_diff2_ros.ros.schedule import InstantSchedule
 
@@ -145,7 +145,7 @@ class Episode:
         return (stamp_ns - self.options.start_ns) / 1e9
 
     def _feed(self, role: str, msg: Any, stamp_ns: int, topic: str) -> None:
-        from wam_diff2_ros.ros.inputs import receive
+        from wam_diff2_ros.ros.input_rows import receive
 
         row = self.rows.get(role)
         if row is not None:
