@@ -41,7 +41,7 @@ ensure_system_packages() {
 }
 
 stamp_of() {  # changes whenever what the venv is built from changes
-  cat setup.py pyproject.toml CMakeLists.txt package.xml msg/*.msg wam_diff2_ros/core/engine/cpu_kernels.cpp 2>/dev/null | sha256sum | cut -c1-16
+  cat setup.py pyproject.toml CMakeLists.txt package.xml msg/*.msg interfaces/autoware/*/msg/*.msg wam_diff2_ros/core/engine/cpu_kernels.cpp 2>/dev/null | sha256sum | cut -c1-16
   printf '%s %s\n' "$TORCH_SPEC" "$MODE"
 }
 
