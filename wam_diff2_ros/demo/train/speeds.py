@@ -25,7 +25,7 @@ from wam_diff2_ros.demo.train.config import DRIVE_SECONDS, IMAGE_SIZES, NUM_WAYP
 from wam_diff2_ros.demo.train.data import DrivingSample, ImagePool, travelled_distance
 from wam_diff2_ros.demo.train.drives import MIRRORED_COMMAND
 from wam_diff2_ros.sim.render import Renderer
-from wam_diff2_ros.sim.road import CAMERA_PITCH_RAD, CAMERA_X_M, CAMERA_Z_M, COMMAND_LEAD_S
+from wam_diff2_ros.sim.road import COMMAND_LEAD_S
 from wam_diff2_ros.sim.scenario import Scenario
 
 MAX_PROMPT_SPEED = 16.0
@@ -40,15 +40,10 @@ class PoseRenderer(Renderer):
 
     pose: tuple[float, float, float] = (0.0, 0.0, 0.0)
 
-    def camera_pose(self, t: float) -> tuple[np.ndarray, np.ndarray, float, float, float]:
+    def render(self, t: float) -> np.ndarray:
+        """The camera image at time ``t`` seen from :attr:`pose` (the rear axle's x, y, yaw) instead of the drive's."""
         x, y, yaw = self.pose
-        cy_, sy_ = math.cos(yaw), math.sin(yaw)
-        position = np.array([x + CAMERA_X_M * cy_, y + CAMERA_X_M * sy_, CAMERA_Z_M])
-        cp, sp = math.cos(CAMERA_PITCH_RAD), math.sin(CAMERA_PITCH_RAD)
-        r_yaw = np.array([[cy_, -sy_, 0], [sy_, cy_, 0], [0, 0, 1]])
-        r_pitch = np.array([[cp, 0, sp], [0, 1, 0], [-sp, 0, cp]])
-        optical_in_body = np.array([[0, -1, 0], [0, 0, -1], [1, 0, 0]], float)
-        return position, optical_in_body @ (r_yaw @ r_pitch).T, x, y, yaw
+        return self.render_from(t, x, y, yaw, float(self.sc.s_at(t)))
 
 
 def lateral_return(u: np.ndarray, offset: float, heading: float, length: float) -> np.ndarray:
