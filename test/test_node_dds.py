@@ -281,9 +281,10 @@ def test_engine_failure_is_reported_and_the_worker_continues(node, feed, topics,
 def test_fixed_frame_path_is_the_plan_transformed_by_the_ego_pose(node, feeder, feed, topics, harness) -> None:
     sent = len(feeder.sent_odometry_stamps)
     feed.pose = (10.0, 5.0, math.pi / 2)  # the ego at (10 m, 5 m), yaw 90° in odom
-    # the second odometry sent from now on carries the new pose: a plan on a later image interpolates new poses only
-    assert wait_until(lambda: len(feeder.sent_odometry_stamps) >= sent + 2)
-    start = feeder.sent_odometry_stamps[sent + 1]
+    # the second odometry sent from now on carries the new pose; a plan on an image after the third has two odometry
+    # samples with the new pose before it (interpolated or extrapolated, only new poses count)
+    assert wait_until(lambda: len(feeder.sent_odometry_stamps) >= sent + 3)
+    start = feeder.sent_odometry_stamps[sent + 2]
     fixed = topics["path_fixed"].wait_for(newer_than(start), 10)
     assert fixed is not None, node.output()
     stamp = stamp_to_ns(fixed.header.stamp)
