@@ -19,7 +19,12 @@ SCRIPTS = sorted(m.name for m in pkgutil.iter_modules(wam_diff2_ros.cli.__path__
 
 @pytest.mark.parametrize("name", SCRIPTS)
 def test_a_usage_error_is_one_line_and_exit_2(name: str, capsys: pytest.CaptureFixture[str]) -> None:
-    main = importlib.import_module(f"wam_diff2_ros.cli.{name}").main
+    try:
+        main = importlib.import_module(f"wam_diff2_ros.cli.{name}").main
+    except ModuleNotFoundError as exc:  # the core run (transformers 4.57.3) has no ROS: the ROS tools are not tried
+        if (exc.name or "").split(".")[0] in ("rclpy", "rosbags") or (exc.name or "").endswith("_msgs"):
+            pytest.skip(f"wam-diff2 {name} needs ROS ({exc.name}) and this environment has none")
+        raise
     try:
         code = main(["--no-such-flag"])
     except SystemExit as exc:
