@@ -41,15 +41,14 @@ def values(**overrides):
     return {"model.path": str(tiny_checkpoint()), **overrides}
 
 
-def planned_cycle(candidates: int):
-    runtime = PlannerRuntime(
-        NodeConfig.from_parameters(values(**{"planning.candidates": candidates})), GreedyWrongEngine(), lambda: T0
-    )
+def planned_cycle(candidates: int, frame: str = "odom", **overrides):
+    parameters = values(**{"planning.candidates": candidates, **overrides})
+    runtime = PlannerRuntime(NodeConfig.from_parameters(parameters), GreedyWrongEngine(), lambda: T0)
     for k in range(51):
         stamp = T0 - (50 - k) * 20 * NS_PER_MS
         odometry = Odometry()
         odometry.header.stamp = ns_to_stamp(stamp)
-        odometry.header.frame_id, odometry.child_frame_id = "odom", "base_link"
+        odometry.header.frame_id, odometry.child_frame_id = frame, "base_link"
         odometry.pose.pose.position.x, odometry.pose.pose.orientation.w = 100.0, 1.0
         odometry.twist.twist.linear.x = 6.0
         runtime.on_odometry(odometry, stamp)
@@ -111,22 +110,7 @@ def test_bad_candidate_settings_are_refused_with_the_reason(changes, reason) -> 
 
 def test_every_valid_candidate_is_offered_to_autoware_under_one_generator() -> None:
     pytest.importorskip("autoware_internal_planning_msgs", reason="autoware messages: run wam-diff2-build-interfaces")
-    runtime = PlannerRuntime(
-        NodeConfig.from_parameters(values(**{"planning.candidates": 3, "autoware.outputs": True})),
-        GreedyWrongEngine(),
-        lambda: T0,
-    )
-    for k in range(51):
-        stamp = T0 - (50 - k) * 20 * NS_PER_MS
-        odometry = Odometry()
-        odometry.header.stamp = ns_to_stamp(stamp)
-        odometry.header.frame_id, odometry.child_frame_id = "map", "base_link"
-        odometry.pose.pose.position.x, odometry.pose.pose.orientation.w = 100.0, 1.0
-        odometry.twist.twist.linear.x = 6.0
-        runtime.on_odometry(odometry, stamp)
-    runtime.on_command(String(data="straight"), T0)
-    runtime.on_image(0, rgb_image_msg(IMAGE, ns_to_stamp(T0)), T0)
-    cycle = runtime.plan(T0)
+    _, cycle = planned_cycle(3, "map", **{"autoware.outputs": True})
     assert cycle.path is not None and cycle.result.chosen_candidate == 1
     offered = cycle.autoware_candidates.candidate_trajectories
     assert len(offered) == 2  # the two valid candidates; the greedy row the gate rejected is not offered
