@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from launch.actions import DeclareLaunchArgument, OpaqueFunction, SetEnvironmentVariable
@@ -154,6 +155,22 @@ def requirement_problems(params_file: str, rviz: bool, rviz_config: str) -> list
     return problems
 
 
+def planner_node(arg: Callable[[str], str], parameters: list[object], remappings: list[tuple[str, str]]) -> Node:
+    """The planner node's action: its name, namespace, log level and stop timeout from the launch arguments."""
+    return Node(
+        package=PACKAGE,
+        executable="wam_diff2_node",
+        name=arg("node_name") or "wam_diff2",
+        namespace=arg("namespace"),
+        parameters=parameters,
+        remappings=remappings,
+        ros_arguments=["--log-level", arg("log_level") or "info"],
+        sigterm_timeout=arg("sigterm_timeout") or "5",
+        output="screen",
+        emulate_tty=True,
+    )
+
+
 def launch_setup(context: object, *args: object, **kwargs: object) -> list[object]:
     """Build the actions from the launch arguments (OpaqueFunction, so empty values can mean "keep")."""
 
@@ -180,20 +197,7 @@ def launch_setup(context: object, *args: object, **kwargs: object) -> list[objec
             remappings.append((spec.topic(), arg(spec.request_key)))
 
     actions: list[object] = profile_actions(share)
-    actions.append(
-        Node(
-            package=PACKAGE,
-            executable="wam_diff2_node",
-            name=arg("node_name") or "wam_diff2",
-            namespace=arg("namespace"),
-            parameters=[params_file, overrides],
-            remappings=remappings,
-            ros_arguments=["--log-level", arg("log_level") or "info"],
-            sigterm_timeout=arg("sigterm_timeout") or "5",
-            output="screen",
-            emulate_tty=True,
-        )
-    )
+    actions.append(planner_node(arg, [params_file, overrides], remappings))
     actions.append(
         Node(
             package="rviz2",

@@ -27,11 +27,8 @@ from types import ModuleType
 
 from launch.actions import DeclareLaunchArgument, OpaqueFunction
 from launch.substitutions import LaunchConfiguration
-from launch_ros.actions import Node
 
 from launch import LaunchDescription
-
-PACKAGE = "wam_diff2_ros"
 
 
 def _base() -> ModuleType:
@@ -126,20 +123,7 @@ def launch_setup(context: object, *args: object, **kwargs: object) -> list[objec
         ("~/output/autoware/candidates", arg("output_candidates")),
     ]
     actions: list[object] = base.profile_actions(share)
-    actions.append(
-        Node(
-            package=PACKAGE,
-            executable="wam_diff2_node",
-            name=arg("node_name") or "wam_diff2",
-            namespace=arg("namespace"),
-            parameters=[params_file, overrides],
-            remappings=remappings,
-            ros_arguments=["--log-level", arg("log_level") or "info"],
-            sigterm_timeout=arg("sigterm_timeout") or "5",
-            output="screen",
-            emulate_tty=True,
-        )
-    )
+    actions.append(base.planner_node(arg, [params_file, overrides], remappings))
     return actions
 
 
