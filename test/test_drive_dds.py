@@ -104,7 +104,7 @@ def test_dds_mode_matches_the_in_process_episode(tmp_path: Path) -> None:
     dds = json.loads((tmp_path / "dds" / "score.json").read_text())
     assert dds["mode"] == "dds" and local.score["mode"] == "in-process"
     assert dds["plans"]["made"] == local.score["plans"]["made"] >= 6
-    assert dds["plans"]["valid"] == local.score["plans"]["valid"]
+    assert dds["plans"]["valid"] == local.score["plans"]["valid"], (dds["plans"], local.score["plans"])
     a, b = _ground_truth(tmp_path / "local" / "episode"), _ground_truth(tmp_path / "dds" / "episode")
     assert sorted(a) == sorted(b) and len(a) == round(SECONDS * 10) + 1
     gap = max(float(np.hypot(a[t][0] - b[t][0], a[t][1] - b[t][1])) for t in a)

@@ -107,6 +107,52 @@ def test_episodes_are_deterministic_for_a_seed(tmp_path: Path) -> None:
     assert other.poses != first.poses
 
 
+class _ImageFirstEpisode(Episode):
+    """Hands each tick's odometry and acceleration to the runtime after that tick's image (an order DDS may
+    deliver them in: one topic each, no order between topics)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.held: list[tuple[str, Any, int, str]] = []
+
+    def _feed(self, role: str, msg: Any, stamp_ns: int, topic: str) -> None:
+        if role in ("odometry", "acceleration") and stamp_ns >= self.options.start_ns:
+            self.held.append((role, msg, stamp_ns, topic))
+            return
+        super()._feed(role, msg, stamp_ns, topic)
+        if role == "image":  # the runtime plans on the image before the tick's odometry (_plan runs later)
+            self.runtime.plan(self._now_ns)
+            for held in self.held:
+                super()._feed(*held)
+            self.held.clear()
+
+
+@pytest.mark.parametrize("pre_roll", [10, 0])
+def test_the_first_image_finds_odometry_in_whatever_order_it_arrives(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pre_roll: int
+) -> None:
+    from scripted_engine import ScriptedEngine
+
+    from wam_diff2_ros.drive import episode as episode_module
+
+    monkeypatch.setattr(episode_module, "PRE_ROLL_TICKS", pre_roll)
+    spec = replace(load_scenarios("offset_left")[0], duration_s=0.2)
+    options = EpisodeOptions(out=tmp_path, latency_ms=300.0, width=320, height=180, bag=False, video=False)
+    config = node_config(str(tmp_path), overrides={"planning.rate_hz": 0.0})
+    episode = _ImageFirstEpisode(spec, config, ScriptedEngine(), options, log=lambda _text: None)
+    cycles: list[Any] = []
+    plan = episode.runtime.plan
+    episode.runtime.plan = lambda now_ns: cycles.append(plan(now_ns)) or cycles[-1]  # type: ignore[method-assign]
+    episode.run()
+    opening = cycles[0]
+    if pre_roll:  # the pre-roll's odometry (20 ms before the image) is the nearest sample: a plan, valid
+        assert opening.result is not None and opening.result.valid, opening.problems
+        assert opening.result.observation.odometry_stamp_ns == options.start_ns - 20_000_000
+    else:  # what the pre-roll prevents: the first image finds no odometry, no plan
+        assert opening.result is None
+        assert any("no odometry received" in str(p) for p in opening.problems)
+
+
 def test_a_model_that_never_plans_validly_stops_the_car_safely(tmp_path: Path) -> None:
     from wam_diff2_ros.ros.node import load_engine
 

@@ -8,6 +8,10 @@ the simulator stops the clock and waits (wall time, at most ``wait_s``) for the 
 plan then takes effect at t + ``--latency-ms`` as in-process. Plans of other images are not used (the in-process
 model is busy then). Everything else — world, renderer, controller, score, outputs — is the in-process code.
 
+Start: the pre-roll's odometry, acceleration and command (:data:`~wam_diff2_ros.drive.episode.PRE_ROLL_TICKS`)
+go out with the clock before t=0, then the clock holds for half a second of wall time, so the first image finds
+them at the node (without, a loaded machine could hand the node the first image before any odometry: no plan).
+
 Tolerance: the node assembles its observation when the image arrives; odometry of the same instant may arrive just
 after it over DDS, and then the node extrapolates the pose and speed from the previous sample (20 ms earlier,
 :mod:`wam_diff2_ros.core.frames`), so the speed written into the prompt can differ in its last digit. With a
@@ -97,6 +101,12 @@ class DdsEpisode(Episode):
 
         self.clock_pub.publish(Clock(clock=ns_to_stamp(now_ns)))
         self.executor.spin_once(timeout_sec=0.0)
+
+    def _settle(self, wall_s: float = 0.5) -> None:
+        """Spin ``wall_s`` of wall time with the clock held, so the node has the pre-roll before the first image."""
+        deadline = time.monotonic() + wall_s
+        while time.monotonic() < deadline:
+            self.executor.spin_once(timeout_sec=0.05)
 
     def _feed(self, role: str, msg: Any, stamp_ns: int, topic: str) -> None:
         publisher = self.publishers.get(role)

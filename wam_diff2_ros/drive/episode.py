@@ -3,7 +3,9 @@
 Every 20 ms of simulated time (50 Hz) the ego's odometry and acceleration go to the node's
 :class:`~wam_diff2_ros.ros.runtime.PlannerRuntime` through the node's input table (as the replay feeds bag
 messages); every 100 ms the front camera, rendered from the ego's true pose by the simulator's renderer, and its
-camera info; every 500 ms the route's command. Planning instants follow the node's schedule
+camera info; every 500 ms the route's command. The odometry, acceleration and command start
+:data:`PRE_ROLL_TICKS` ticks before the first image (the car was already driving at its start speed), so the first
+image finds them in either mode, whatever order DDS delivers them in. Planning instants follow the node's schedule
 (``planning.rate_hz``, :class:`~wam_diff2_ros.ros.schedule.InstantSchedule`); the model is busy for the plan's
 latency (measured wall time, or ``latency_ms``) and an instant that falls while it is busy runs when it is free,
 as the node's worker does. A plan made from the frame at t takes effect at t + latency; the gates (kinematic,
@@ -46,6 +48,7 @@ STOPPED_END_S = 2.0  # standing still without a plan this long ends the episode
 CONTACT_END_S = 1.0  # an episode ends this long after a contact
 OFF_ROAD_END_M = 8.0  # ... or when the ego is this far off the lane centre
 MAX_CONSECUTIVE_ERRORS = 3
+PRE_ROLL_TICKS = 10  # 0.2 s of odometry, acceleration and command before the first image
 
 
 @dataclass
@@ -158,6 +161,7 @@ class Episode:
     def run(self, recorder: Any = None) -> str:
         """Drive to the end; returns why it ended. KeyboardInterrupt propagates after the state is consistent."""
         self.recorder = recorder
+        self._pre_roll()
         total_ticks = round(self.spec.duration_s * 1e9 / TICK_NS)
         stopped_since: float | None = None
         contact_at: float | None = None
@@ -218,6 +222,31 @@ class Episode:
 
     def _tick(self, now_ns: int) -> None:
         """Each step's start (the DDS mode publishes /clock here)."""
+
+    def _pre_roll(self) -> None:
+        """The odometry and acceleration of the start state driven back in time along its heading at its speed, and
+        the route's command, for :data:`PRE_ROLL_TICKS` ticks before t=0 (nothing is rendered or scored)."""
+        state = self.vehicle.state
+        command = self.world.command(0.0, state.v)
+        for k in range(-PRE_ROLL_TICKS, 0):
+            stamp_ns = self.options.start_ns + k * TICK_NS
+            self._now_ns = stamp_ns
+            self._tick(stamp_ns)
+            back_s = k * TICK_NS / 1e9
+            past = VehicleState(
+                state.x + math.cos(state.yaw) * state.v * back_s,
+                state.y + math.sin(state.yaw) * state.v * back_s,
+                state.yaw,
+                state.v,
+            )
+            self._feed("odometry", messages.odometry(stamp_ns, past, 0.0), stamp_ns, "/odom")
+            self._feed("acceleration", messages.acceleration(stamp_ns, past, 0.0), stamp_ns, "/imu/acceleration")
+            if k == -PRE_ROLL_TICKS:
+                self._feed("command", messages.command(command), stamp_ns, "/navigation/command")
+        self._settle()
+
+    def _settle(self) -> None:
+        """After the pre-roll (the DDS mode lets the planner node take the messages in)."""
 
     def _camera(self, now_ns: int, state: VehicleState, near_s: float) -> None:
         started = time.perf_counter()
