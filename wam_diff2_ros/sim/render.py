@@ -163,6 +163,9 @@ class Renderer:
         self.sky_planes = [np.ascontiguousarray(wide[:, :, c]).ravel() for c in range(3)]
         self.sky_take = sky_row * wide.shape[1] + (sky_col - self.col_min)
         self.texture = (sc.ground_texture.ravel(), sc.ground_texture.shape[0] - 1)
+        # Where the static actors stand (moving ones: 0, 0; the quick test in _objects is for static ones only).
+        self.static_xy = np.array([a.static_xy or (0.0, 0.0) for a in sc.actors], float).reshape(-1, 2)
+        self._geometry_cache: dict[int, tuple[tuple[float, float, float], tuple[np.ndarray, list]]] = {}
         self._canvas: tuple[PILImage.Image, PILImage.Image] | None = None
         self._drawn: tuple[tuple[int, int, int, int] | None, tuple[int, int, int, int] | None] = (None, None)
 
@@ -299,9 +302,14 @@ class Renderer:
         """The shadow polygons (image pixels) and the shaded cuboid faces (polygon, RGBA fill; supersampled
         pixels) of the actors in view, far to near."""
         forward = w2o[2]
+        # Static actors surely out of reach (a margin of 1 m over the exact test below) are skipped at once.
+        rel_xy = self.static_xy - position[:2]
+        maybe = (np.hypot(rel_xy[:, 0], rel_xy[:, 1]) <= _FAR_M + 21.0) & (rel_xy @ forward[:2] >= -26.0)
         visible = []
-        for actor in self.sc.actors:
+        for index, actor in enumerate(self.sc.actors):
             if actor.static_xy is not None:
+                if not maybe[index]:
+                    continue
                 rel = np.array([actor.static_xy[0] - position[0], actor.static_xy[1] - position[1], 0.0])
                 if np.hypot(rel[0], rel[1]) > _FAR_M + 20.0 or forward @ rel < -25.0:
                     continue
@@ -310,87 +318,86 @@ class Renderer:
             dist = float(np.hypot(rel[0], rel[1]))
             if dist > _FAR_M or forward @ rel < -25.0:
                 continue
-            visible.append((dist, ax, ay, ayaw, actor))
+            visible.append((dist, index, (ax, ay, ayaw), actor))
         visible.sort(key=lambda item: -item[0])
         shadows: list = []
         faces: list = []
-        for dist, ax, ay, ayaw, actor in visible:
-            rot = np.array([[math.cos(ayaw), -math.sin(ayaw), 0], [math.sin(ayaw), math.cos(ayaw), 0], [0, 0, 1]])
-            origin = np.array([ax, ay, 0.0])
-            self._shadow(shadows, actor, rot, origin, position, w2o)
+        scale = float(_SUPERSAMPLE)
+        for dist, index, pose, actor in visible:
+            shadow, parts = self._geometry(index, pose, actor)
+            poly = self._project(shadow, position, w2o, 1.0)
+            if poly is not None and len(poly) >= 3:
+                shadows.append(poly)
             haze = 1.0 - math.exp(-dist / _HAZE_M)
-            for index, (centre, size, colour) in enumerate(actor.parts):
-                self._cuboid(
-                    faces,
-                    actor,
-                    index,
-                    np.array(centre),
-                    np.array(size),
-                    colour,
-                    rot,
-                    origin,
-                    position,
-                    w2o,
-                    haze,
-                )
+            haze_rgb = (_HAZE * haze).tolist()
+            for normal, face_centre, shade, quads in parts:
+                if normal @ (position - face_centre) <= 0:
+                    continue
+                for corners, rgb in quads:
+                    poly = self._project(corners, position, w2o, scale)
+                    if poly is None or len(poly) < 3:
+                        continue
+                    shaded = (c * shade * (1 - haze) + h for c, h in zip(rgb, haze_rgb, strict=True))
+                    faces.append((poly, (*(int(min(max(c * 255 + 0.5, 0), 255)) for c in shaded), 255)))
         return shadows, faces
+
+    def _geometry(self, index: int, pose: tuple[float, float, float], actor: Actor) -> tuple[np.ndarray, list]:
+        """An actor's shadow corners and per face of each part: normal, centre, shade and the corners (world) and
+        colour of its quads (the face, then its decals); kept while the actor's pose stays the same."""
+        cached = self._geometry_cache.get(index)
+        if cached is not None and cached[0] == pose:
+            return cached[1]
+        ax, ay, ayaw = pose
+        rot = np.array([[math.cos(ayaw), -math.sin(ayaw), 0], [math.sin(ayaw), math.cos(ayaw), 0], [0, 0, 1]])
+        origin = np.array([ax, ay, 0.0])
+        xs = [c[0] - s[0] / 2 for c, s, _ in actor.parts] + [c[0] + s[0] / 2 for c, s, _ in actor.parts]
+        ys = [c[1] - s[1] / 2 for c, s, _ in actor.parts] + [c[1] + s[1] / 2 for c, s, _ in actor.parts]
+        x0, x1, y0, y1 = min(xs) - 0.15, max(xs) + 0.15, min(ys) - 0.15, max(ys) + 0.15
+        shadow = np.array([[x0, y0, 0.01], [x1, y0, 0.01], [x1, y1, 0.01], [x0, y1, 0.01]]) @ rot.T + origin
+        shadow[:, :2] -= _SUN[:2] * 0.35
+        parts = []
+        for part, (centre_, size, colour) in enumerate(actor.parts):
+            centre, half = np.array(centre_), np.array(size) / 2
+            for face_id, (axis, sign, ua, va) in enumerate(_FACES):
+                normal_local = np.zeros(3)
+                normal_local[axis] = sign
+                normal = rot @ normal_local
+                face_centre = rot @ (centre + normal_local * half) + origin
+                shade = 0.5 + 0.5 * max(0.0, float(normal @ _SUN))
+                quads = [((-1.0, 1.0, -1.0, 1.0), colour)]
+                quads += [(r, c) for p, face, r, c in actor.decals if p == part and face == face_id]
+                corners = [
+                    (_face_quad(centre, half, normal_local, ua, va, rect, lift=0.005 * k) @ rot.T + origin, rgb)
+                    for k, (rect, rgb) in enumerate(quads)
+                ]
+                parts.append((normal, face_centre, shade, [(c, [float(v) for v in rgb]) for c, rgb in corners]))
+        self._geometry_cache[index] = (pose, (shadow, parts))
+        return shadow, parts
 
     def _project(self, points_world: np.ndarray, position: np.ndarray, w2o: np.ndarray, scale: float):
         """Clip a planar polygon (N, 3) against the near plane and project it to pixels."""
         cam = self.cam
-        pts = (points_world - position) @ w2o.T
-        inside = pts[:, 2] >= _NEAR_M
-        if not inside.any():
+        pts = ((points_world - position) @ w2o.T).tolist()
+        inside = [p[2] >= _NEAR_M for p in pts]
+        if not any(inside):
             return None
-        if not inside.all():
+        if not all(inside):
             clipped = []
             n = len(pts)
             for i in range(n):
                 a, b = pts[i], pts[(i + 1) % n]
-                ina, inb = a[2] >= _NEAR_M, b[2] >= _NEAR_M
-                if ina:
+                if inside[i]:
                     clipped.append(a)
-                if ina != inb:
+                if inside[i] != inside[(i + 1) % n]:
                     f = (_NEAR_M - a[2]) / (b[2] - a[2])
-                    clipped.append(a + f * (b - a))
-            pts = np.array(clipped)
-        u = (cam.fx * pts[:, 0] / pts[:, 2] + cam.cx + 0.5) * scale
-        v = (cam.fy * pts[:, 1] / pts[:, 2] + cam.cy + 0.5) * scale
-        if u.max() < 0 or v.max() < 0 or u.min() > cam.width * scale or v.min() > cam.height * scale:
+                    clipped.append([ai + f * (bi - ai) for ai, bi in zip(a, b, strict=True)])
+            pts = clipped
+        fx, fy, cx, cy = cam.fx, cam.fy, cam.cx, cam.cy
+        poly = [((fx * x / z + cx + 0.5) * scale, (fy * y / z + cy + 0.5) * scale) for x, y, z in pts]
+        us, vs = [p[0] for p in poly], [p[1] for p in poly]
+        if max(us) < 0 or max(vs) < 0 or min(us) > cam.width * scale or min(vs) > cam.height * scale:
             return None
-        return list(zip(u.tolist(), v.tolist(), strict=True))
-
-    def _shadow(self, shadows: list, actor: Actor, rot, origin, position, w2o) -> None:
-        xs = [c[0] - s[0] / 2 for c, s, _ in actor.parts] + [c[0] + s[0] / 2 for c, s, _ in actor.parts]
-        ys = [c[1] - s[1] / 2 for c, s, _ in actor.parts] + [c[1] + s[1] / 2 for c, s, _ in actor.parts]
-        x0, x1, y0, y1 = min(xs) - 0.15, max(xs) + 0.15, min(ys) - 0.15, max(ys) + 0.15
-        corners = np.array([[x0, y0, 0.01], [x1, y0, 0.01], [x1, y1, 0.01], [x0, y1, 0.01]]) @ rot.T + origin
-        corners[:, :2] -= _SUN[:2] * 0.35
-        poly = self._project(corners, position, w2o, 1.0)
-        if poly is not None and len(poly) >= 3:
-            shadows.append(poly)
-
-    def _cuboid(self, faces: list, actor, index, centre, size, colour, rot, origin, position, w2o, haze) -> None:
-        half = size / 2
-        base = np.array(colour)
-        for face_id, (axis, sign, ua, va) in enumerate(_FACES):
-            normal_local = np.zeros(3)
-            normal_local[axis] = sign
-            normal = rot @ normal_local
-            face_centre = rot @ (centre + normal_local * half) + origin
-            if normal @ (position - face_centre) <= 0:
-                continue
-            shade = 0.5 + 0.5 * max(0.0, float(normal @ _SUN))
-            quads = [((-1.0, 1.0, -1.0, 1.0), base)]
-            quads += [(r, np.array(c)) for part, face, r, c in actor.decals if part == index and face == face_id]
-            for k, (rect, rgb) in enumerate(quads):
-                local = _face_quad(centre, half, normal_local, ua, va, rect, lift=0.005 * k)
-                poly = self._project(local @ rot.T + origin, position, w2o, float(_SUPERSAMPLE))
-                if poly is None or len(poly) < 3:
-                    continue
-                shaded = rgb * shade * (1 - haze) + _HAZE * haze
-                fill = (*(int(np.clip(c * 255 + 0.5, 0, 255)) for c in shaded), 255)
-                faces.append((poly, fill))
+        return poly
 
 
 def _redraw(canvas: PILImage.Image, drawn: tuple[int, int, int, int] | None, polygons: list, align: int):
