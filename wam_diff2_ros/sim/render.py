@@ -282,7 +282,9 @@ class Renderer:
         if self._canvas is None:
             cam, ss = self.cam, _SUPERSAMPLE
             shadow = PILImage.new("L", (cam.width, cam.height), 0)
-            self._canvas = (shadow, PILImage.new("RGBA", (cam.width * ss, cam.height * ss), (0, 0, 0, 0)))
+            # The faces are opaque and the rest black and transparent, so the canvas is premultiplied as it is
+            # ("RGBa": reduce() then box-filters it without converting from "RGBA" first).
+            self._canvas = (shadow, PILImage.new("RGBa", (cam.width * ss, cam.height * ss), (0, 0, 0, 0)))
         shadow, overlay = self._canvas
         box = _redraw(shadow, self._drawn[0], [(poly, 255) for poly in shadows], 1)
         if box is not None:
@@ -292,8 +294,8 @@ class Renderer:
         self._drawn = (box, _redraw(overlay, self._drawn[1], faces, _SUPERSAMPLE))
         if self._drawn[1] is not None:
             x0, y0, x1, y1 = (v // _SUPERSAMPLE for v in self._drawn[1])
-            # Transparent overlay pixels are black, so the box-filtered overlay is premultiplied.
-            small = np.asarray(overlay.crop(self._drawn[1]).reduce(_SUPERSAMPLE), np.float32) / 255.0
+            reduced = overlay.crop(self._drawn[1]).reduce(_SUPERSAMPLE).convert("RGBA")
+            small = np.asarray(reduced, np.float32) / 255.0
             alpha = 1.0 - small[:, :, 3]
             for channel in range(3):
                 frame[channel, y0:y1, x0:x1] = frame[channel, y0:y1, x0:x1] * alpha + small[:, :, channel]
