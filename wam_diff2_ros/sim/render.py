@@ -236,8 +236,7 @@ class Renderer:
             lo, hi = dd - half_lat, dd + half_lat
             cov_shoulder = _cover(SHOULDER_D[0], SHOULDER_D[1], lo, hi, fp_lat)
             cov_road = _cover(ASPHALT_D[0], ASPHALT_D[1], lo, hi, fp_lat)
-            on_road = (dd > RIGHT_EDGE_D - 1.0) & (dd < LEFT_EDGE_D + 1.0)
-            paint = self._paint(on_road, lo, hi, sx, a, b) if on_road.any() else np.zeros_like(dd)
+            paint = self._paint(dd, lo, hi, sx, a, b)
             # colour = ((1-paint) * surface + paint * PAINT) * (1-haze) + haze * HAZE, the surface being
             # a coverage-weighted mix of grass, gravel and asphalt, each modulated by the grain: the weights'
             # products with the palette summed in order (bit for bit an (N, 8) @ (8, 3) einsum).
@@ -259,22 +258,32 @@ class Renderer:
                 else:
                     np.copyto(target, colour, where=is_ground)
 
-    def _paint(self, on_road: np.ndarray, lo: np.ndarray, hi: np.ndarray, sx: np.ndarray, a: int, b: int):
-        """Coverage of the lane lines (edges solid, centre dashed) times 0.92, zero off the road."""
-        fp_lat, fp_long, half_long = self.fp_lat[a:b], self.fp_long[a:b], self.half_long[a:b]
+    def _paint(self, dd: np.ndarray, lo: np.ndarray, hi: np.ndarray, sx: np.ndarray, a: int, b: int) -> np.ndarray:
+        """Coverage of the lane lines (edges solid, centre dashed) times 0.92 on the road, else 0. Worked out only
+        where a footprint [lo, hi] touches a line: elsewhere every line's coverage, and so the paint, is 0."""
         half = LINE_WIDTH / 2
-        paint = _cover(RIGHT_EDGE_D - half, RIGHT_EDGE_D + half, lo, hi, fp_lat)
-        paint += _cover(LEFT_EDGE_D - half, LEFT_EDGE_D + half, lo, hi, fp_lat)
+        touch = np.zeros(dd.shape, bool)
+        for line in (RIGHT_EDGE_D, LEFT_EDGE_D, CENTRE_D):
+            touch |= (lo < np.float32(line + half)) & (hi > np.float32(line - half))
+        touch &= (dd > RIGHT_EDGE_D - 1.0) & (dd < LEFT_EDGE_D + 1.0)
+        paint = np.zeros_like(dd)
+        pick = np.flatnonzero(touch)
+        if len(pick) == 0:
+            return paint
+        lo, hi, sx = lo[pick], hi[pick], sx[pick]
+        fp_lat, fp_long, half_long = self.fp_lat[a:b][pick], self.fp_long[a:b][pick], self.half_long[a:b][pick]
+        covered = _cover(RIGHT_EDGE_D - half, RIGHT_EDGE_D + half, lo, hi, fp_lat)
+        covered += _cover(LEFT_EDGE_D - half, LEFT_EDGE_D + half, lo, hi, fp_lat)
         phase = np.mod(sx, DASH_PERIOD)
         start, end = phase - half_long, phase + half_long
         along = _cover(-DASH_PERIOD, DASH_LENGTH - DASH_PERIOD, start, end, fp_long)
         along += _cover(0.0, DASH_LENGTH, start, end, fp_long)
         along += _cover(DASH_PERIOD, DASH_PERIOD + DASH_LENGTH, start, end, fp_long)
-        along = np.where(self.dashes_blur[a:b], DASH_LENGTH / DASH_PERIOD, along)
-        paint += _cover(CENTRE_D - half, CENTRE_D + half, lo, hi, fp_lat) * along
-        np.clip(paint, 0.0, 1.0, out=paint)
-        paint *= 0.92
-        return np.where(on_road, paint, 0.0)
+        along = np.where(self.dashes_blur[a:b][pick], DASH_LENGTH / DASH_PERIOD, along)
+        covered += _cover(CENTRE_D - half, CENTRE_D + half, lo, hi, fp_lat) * along
+        np.clip(covered, 0.0, 1.0, out=covered)
+        paint[pick] = covered * 0.92
+        return paint
 
     def _composite(self, frame: np.ndarray, t: float, position: np.ndarray, w2o: np.ndarray) -> None:
         """Darken the actors' ground shadows and blend in the supersampled cuboids, in ``frame`` (3, H, W)."""
