@@ -302,12 +302,17 @@ class Renderer:
             frame[:, y0:y1, x0:x1] *= 1.0 - mask
         self._drawn = (box, _redraw(overlay, self._drawn[1], faces, _SUPERSAMPLE))
         if self._drawn[1] is not None:
-            x0, y0, x1, y1 = (v // _SUPERSAMPLE for v in self._drawn[1])
-            reduced = overlay.crop(self._drawn[1]).reduce(_SUPERSAMPLE).convert("RGBA")
-            small = np.asarray(reduced, np.float32) / 255.0
-            alpha = 1.0 - small[:, :, 3]
-            for channel in range(3):
-                frame[channel, y0:y1, x0:x1] = frame[channel, y0:y1, x0:x1] * alpha + small[:, :, channel]
+            # Whole rows of the box (the canvas is clear outside it), so a pixel's index is its index in the frame.
+            rows = (0, self._drawn[1][1], overlay.width, self._drawn[1][3])
+            small = overlay.reduce(_SUPERSAMPLE, rows).convert("RGBA")
+            packed = np.asarray(small).view("<u4").ravel()  # alpha in the high byte
+            # Only the covered pixels change (a transparent one is black: frame * 1 + 0).
+            covered = np.flatnonzero(packed > 0xFFFFFF)
+            rgba = packed[covered].view(np.uint8).reshape(-1, 4).T.astype(np.float32) / 255.0
+            pixels = covered + rows[1] // _SUPERSAMPLE * frame.shape[2]
+            alpha = 1.0 - rgba[3]
+            for channel, plane in enumerate(frame.reshape(3, -1)):
+                plane[pixels] = plane[pixels] * alpha + rgba[channel]
 
     def _objects(self, t: float, position: np.ndarray, w2o: np.ndarray) -> tuple[list, list]:
         """The shadow polygons (image pixels) and the shaded cuboid faces (polygon, RGBA fill; supersampled
