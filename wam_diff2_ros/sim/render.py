@@ -145,7 +145,10 @@ class Renderer:
         self.fine_amp = np.where(close, 1.0 - self.fp_long / 0.25, 0.0).astype(f32)
         self.dashes_blur = self.fp_long > DASH_PERIOD
         bounds = range(0, pixels - g0, _CHUNK)
-        self.chunks = [(a, min(a + _CHUNK, pixels - g0), bool(close[a : a + _CHUNK].any())) for a in bounds]
+        self.chunks = [
+            (a, min(a + _CHUNK, pixels - g0), close[a : a + _CHUNK].any(), self.is_ground[a : a + _CHUNK].all())
+            for a in bounds
+        ]
         # The sky depends on the heading only: precompute a panorama (azimuth x elevation) at about one camera
         # pixel per sample, widened so that a heading's window never wraps, and take it per frame.
         self.sky_end = int(np.flatnonzero(~ground)[-1]) + 1 if not ground.all() else 0
@@ -220,7 +223,7 @@ class Renderer:
         c, s = np.float32(math.cos(eyaw)), np.float32(math.sin(eyaw))
         flat, size = self.texture
         palette = _GROUND_PALETTE
-        for a, b, any_close in self.chunks:
+        for a, b, any_close, all_ground in self.chunks:
             gx, gy = self.gx[a:b], self.gy[a:b]
             wx = np.float32(ex) + c * gx - s * gy
             wy = np.float32(ey) + s * gx + c * gy
@@ -246,17 +249,14 @@ class Renderer:
             w1 = cov_shoulder * (keep - w2)
             weights = (keep - w1 - w2, w1, w2)
             weights = (*weights, *(w * grain for w in weights), paint * clear)
-            is_ground = self.is_ground[a:b]
             for channel in range(3):
-                colour = weights[0] * palette[0, channel]
+                target = planes[channel, self.g0 + a : self.g0 + b]
+                colour = np.multiply(weights[0], palette[0, channel], out=target if all_ground else None)
                 for k in range(1, 7):
                     colour += weights[k] * palette[k, channel]
                 colour += self.haze_colour[channel][a:b]
-                target = planes[channel, self.g0 + a : self.g0 + b]
-                if is_ground[0] and is_ground[-1] and is_ground.all():
-                    target[:] = colour
-                else:
-                    np.copyto(target, colour, where=is_ground)
+                if not all_ground:
+                    np.copyto(target, colour, where=self.is_ground[a:b])
 
     def _paint(self, dd: np.ndarray, lo: np.ndarray, hi: np.ndarray, sx: np.ndarray, a: int, b: int) -> np.ndarray:
         """Coverage of the lane lines (edges solid, centre dashed) times 0.92 on the road, else 0. Worked out only
