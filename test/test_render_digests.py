@@ -21,7 +21,7 @@ from wam_diff2_ros.sim.render import Renderer
 from wam_diff2_ros.sim.scenario import Scenario
 
 DIGESTS = Path(__file__).parent / "data" / "render_digests.json"
-SIZES = ((960, 540), (320, 180))
+SIZES = ((960, 540), (320, 180), (640, 360))  # 640x360: a row both sky and ground
 
 # (scenario, t s, arc length s m, lateral offset d m, heading offset deg): poses on and off the lane centre and
 # heading, on straights and turns, actors far, near, crossing the image edge and the camera's near plane.
