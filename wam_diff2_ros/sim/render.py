@@ -295,12 +295,13 @@ class Renderer:
             # ("RGBa": reduce() then box-filters it without converting from "RGBA" first).
             self._canvas = (shadow, PILImage.new("RGBa", (cam.width * ss, cam.height * ss), (0, 0, 0, 0)))
         shadow, overlay = self._canvas
-        box = _redraw(shadow, self._drawn[0], [(poly, 255) for poly in shadows], 1)
+        drawn, self._drawn = self._drawn, ((0, 0, *shadow.size), (0, 0, *overlay.size))  # all, until both are done
+        box = _redraw(shadow, drawn[0], [(poly, 255) for poly in shadows], 1)
         if box is not None:
             x0, y0, x1, y1 = box
             mask = np.asarray(shadow.crop(box), np.float32) * (0.42 / 255.0)
             frame[:, y0:y1, x0:x1] *= 1.0 - mask
-        self._drawn = (box, _redraw(overlay, self._drawn[1], faces, _SUPERSAMPLE))
+        self._drawn = (box, _redraw(overlay, drawn[1], faces, _SUPERSAMPLE))
         if self._drawn[1] is not None:
             # Whole rows of the box (the canvas is clear outside it), so a pixel's index is its index in the frame.
             rows = (0, self._drawn[1][1], overlay.width, self._drawn[1][3])
