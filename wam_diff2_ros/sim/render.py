@@ -88,7 +88,8 @@ def _cover(lo: float, hi: float, near: np.ndarray, far: np.ndarray, width: np.nd
 
 
 def _bilinear(flat: np.ndarray, size: int, u: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """:func:`sample_texture` of the raveled padded texture ``flat`` (``size`` + 1 square), without index copies."""
+    """:func:`sample_texture` of the raveled padded texture ``flat`` (``size`` + 1 square), in place (``u``, ``v``
+    are overwritten) and without index copies: the same arithmetic."""
     u0f, v0f = np.floor(u), np.floor(v)
     u -= u0f
     v -= v0f
@@ -96,12 +97,22 @@ def _bilinear(flat: np.ndarray, size: int, u: np.ndarray, v: np.ndarray) -> np.n
     idx = v0f.astype(np.int64)
     idx &= mask
     idx *= size + 1
-    idx += u0f.astype(np.int64) & mask
+    column = u0f.astype(np.int64)
+    column &= mask
+    idx += column
     top = flat.take(idx, mode="clip")
-    top += (flat[1:].take(idx, mode="clip") - top) * u
+    step = flat[1:].take(idx, out=u0f, mode="clip")
+    step -= top
+    step *= u
+    top += step
     bottom = flat[size + 1 :].take(idx, mode="clip")
-    bottom += (flat[size + 2 :].take(idx, mode="clip") - bottom) * u
-    top += (bottom - top) * v
+    step = flat[size + 2 :].take(idx, out=v0f, mode="clip")
+    step -= bottom
+    step *= u
+    bottom += step
+    bottom -= top
+    bottom *= v
+    top += bottom
     return top
 
 
