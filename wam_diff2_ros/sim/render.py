@@ -324,7 +324,10 @@ class Renderer:
             pixels = covered + rows[1] // _SUPERSAMPLE * frame.shape[2]
             alpha = 1.0 - rgba[3]
             for channel, plane in enumerate(frame.reshape(3, -1)):
-                plane[pixels] = plane[pixels] * alpha + rgba[channel]
+                blended = plane.take(pixels)
+                blended *= alpha
+                blended += rgba[channel]
+                plane.put(pixels, blended)
 
     def _objects(self, t: float, position: np.ndarray, w2o: np.ndarray) -> tuple[list, list]:
         """The shadow polygons (image pixels) and the shaded cuboid faces (polygon, RGBA fill; supersampled
