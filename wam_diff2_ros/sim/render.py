@@ -8,6 +8,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import cv2
 import numpy as np
 from PIL import Image as PILImage
 from PIL import ImageDraw
@@ -74,18 +75,53 @@ _SUPERSAMPLE = 2
 _FACES = ((0, 1, 1, 2), (0, -1, 1, 2), (1, 1, 0, 2), (1, -1, 0, 2), (2, 1, 0, 1), (2, -1, 0, 1))
 
 
-def _box_overlap(lo: float, hi: float, centre: np.ndarray, width: np.ndarray) -> np.ndarray:
-    """Fraction of the pixel footprint [centre ± width/2] inside [lo, hi] (box-filtered edge)."""
-    half = width * np.float32(0.5)
-    a = np.maximum(np.float32(lo), centre - half)
-    b = np.minimum(np.float32(hi), centre + half)
-    out = (b - a) / width
+_CHUNK = 32768  # ground pixels per pass of the ground shader, so that its temporaries stay in the CPU cache
+
+
+def _cover(lo: float, hi: float, near: np.ndarray, far: np.ndarray, width: np.ndarray) -> np.ndarray:
+    """Fraction of each pixel footprint [near, far] (of length ``width``) inside [lo, hi] (box-filtered edge)."""
+    out = np.minimum(np.float32(hi), far)
+    out -= np.maximum(np.float32(lo), near)
+    out /= width
     np.clip(out, 0.0, 1.0, out=out)
     return out
 
 
+def _bilinear(flat: np.ndarray, size: int, u: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """:func:`sample_texture` of the raveled padded texture ``flat`` (``size`` + 1 square), in place (``u``, ``v``
+    are overwritten) and without index copies: the same arithmetic."""
+    u0f, v0f = np.floor(u), np.floor(v)
+    u -= u0f
+    v -= v0f
+    mask = size - 1
+    idx = v0f.astype(np.int64)
+    idx &= mask
+    idx *= size + 1
+    column = u0f.astype(np.int64)
+    column &= mask
+    idx += column
+    top = flat.take(idx, mode="clip")
+    step = flat[1:].take(idx, out=u0f, mode="clip")
+    step -= top
+    step *= u
+    top += step
+    bottom = flat[size + 1 :].take(idx, mode="clip")
+    step = flat[size + 2 :].take(idx, out=v0f, mode="clip")
+    step -= bottom
+    step *= u
+    bottom += step
+    bottom -= top
+    bottom *= v
+    top += bottom
+    return top
+
+
 class Renderer:
-    """Renders the front camera: per-pixel sky and ground, then shaded cuboids as polygons."""
+    """Renders the front camera: per-pixel sky and ground, then shaded cuboids as polygons.
+
+    Without camera roll the ground is the image's last rows, so the ground shader runs on the flat pixel range
+    from the first ground pixel to the end (a few sky pixels of its first row are shaded and then not written),
+    in chunks, and the colour planes are converted to the interleaved uint8 image at the end."""
 
     def __init__(self, sc: Scenario, width: int, height: int) -> None:
         self.sc = sc
@@ -97,33 +133,55 @@ class Renderer:
         cp, sp = math.cos(CAMERA_PITCH_RAD), math.sin(CAMERA_PITCH_RAD)
         dx, dz = cp * bx + sp * bz, -sp * bx + cp * bz
         norm = np.sqrt(dx * dx + by * by + dz * dz)
-        dx, dy, dz = dx / norm, by / norm, dz / norm
+        dx, dy, dz = (dx / norm).ravel(), (by / norm).ravel(), (dz / norm).ravel()
         ground = dz < -1e-3
         t = np.where(ground, CAMERA_Z_M / np.maximum(-dz, 1e-3), np.inf)
         ground &= t < 3000.0
-        self.ground_idx = np.flatnonzero(ground)
-        g = self.ground_idx
-        tg = t.ravel()[g]
+        pixels = width * height
+        # The shaded range [g0, pixels): every ground pixel, and sky pixels given a stand-in distance.
+        self.g0 = g0 = int(np.argmax(ground)) if ground.any() else pixels
+        self.is_ground = ground[g0:]
+        tg = np.where(self.is_ground, t[g0:], 10.0)
         f32 = np.float32
-        self.gx = (CAMERA_X_M + tg * dx.ravel()[g]).astype(f32)
-        self.gy = (tg * dy.ravel()[g]).astype(f32)
+        self.gx = (CAMERA_X_M + tg * dx[g0:]).astype(f32)
+        self.gy = (tg * dy[g0:]).astype(f32)
         self.fp_lat = np.maximum(tg / self.cam.fx, 1e-3).astype(f32)
-        self.fp_long = np.maximum(tg / (self.cam.fx * np.maximum(-dz.ravel()[g], 1e-3)), 1e-3).astype(f32)
-        self.haze_ground = (1 - np.exp(-tg / _HAZE_M)).astype(f32)[:, None]
-        self.near_idx = np.flatnonzero(tg < _FAR_M * 1.6)
-        self.close_idx = np.flatnonzero(self.fp_long < 0.25)
-        self.fine_amp = (1.0 - self.fp_long[self.close_idx] / 0.25).astype(f32)
-        self.sky_idx = np.flatnonzero(~ground)
-        k = self.sky_idx
-        # The sky depends on the heading only: precompute a panorama (azimuth x elevation) at
-        # about one camera pixel per sample and look it up per frame.
-        elevation = np.arcsin(np.clip(dz.ravel()[k], -1.0, 1.0))
-        azimuth = np.arctan2(dy.ravel()[k], dx.ravel()[k])
+        self.fp_long = np.maximum(tg / (self.cam.fx * np.maximum(-dz[g0:], 1e-3)), 1e-3).astype(f32)
+        self.half_lat, self.half_long = self.fp_lat * f32(0.5), self.fp_long * f32(0.5)
+        self.haze = (1 - np.exp(-tg / _HAZE_M)).astype(f32)
+        self.clear = 1.0 - self.haze
+        self.haze_colour = [self.haze * _GROUND_PALETTE[7, c] for c in range(3)]
+        self.near = tg < _FAR_M * 1.6
+        close = self.fp_long < 0.25  # fine grain only where a pixel covers less than its texel
+        self.fine_amp = np.where(close, 1.0 - self.fp_long / 0.25, 0.0).astype(f32)
+        self.dashes_blur = self.fp_long > DASH_PERIOD
+        bounds = range(0, pixels - g0, _CHUNK)
+        self.chunks = [
+            (a, min(a + _CHUNK, pixels - g0), close[a : a + _CHUNK].any(), self.is_ground[a : a + _CHUNK].all())
+            for a in bounds
+        ]
+        # The sky depends on the heading only: precompute a panorama (azimuth x elevation) at about one camera
+        # pixel per sample, widened so that a heading's window never wraps, and take it per frame.
+        self.sky_end = int(np.flatnonzero(~ground)[-1]) + 1 if not ground.all() else 0
+        sky = ~ground[: self.sky_end]
+        elevation = np.arcsin(np.clip(dz[: self.sky_end], -1.0, 1.0))
+        azimuth = np.arctan2(dy[: self.sky_end], dx[: self.sky_end])
         self.pano_cols = round(2 * math.pi * self.cam.fx)
-        rows = math.ceil(max(float(elevation.max()), 0.0) * self.cam.fx) + 2
-        self.sky_row = np.clip(np.round(elevation * self.cam.fx), 0, rows - 1).astype(np.int64)
-        self.sky_col = np.round(azimuth / (2 * math.pi) * self.pano_cols).astype(np.int64)
-        self.panorama = _sky_panorama(sc.cloud_texture, rows, self.pano_cols, self.cam.fx)
+        rows = math.ceil(max(float(elevation[sky].max(initial=0.0)), 0.0) * self.cam.fx) + 2
+        sky_row = np.where(sky, np.clip(np.round(elevation * self.cam.fx), 0, rows - 1), 0).astype(np.int64)
+        sky_col = np.where(sky, np.round(azimuth / (2 * math.pi) * self.pano_cols), 0).astype(np.int64)
+        self.col_min = int(sky_col.min(initial=0))
+        span = int(sky_col.max(initial=0)) - self.col_min + 1
+        panorama = _sky_panorama(sc.cloud_texture, rows, self.pano_cols, self.cam.fx)
+        wide = panorama[:, np.arange(self.pano_cols + span) % self.pano_cols]
+        self.sky_planes = [np.ascontiguousarray(wide[:, :, c]).ravel() for c in range(3)]
+        self.sky_take = sky_row * wide.shape[1] + (sky_col - self.col_min)
+        self.texture = (sc.ground_texture.ravel(), sc.ground_texture.shape[0] - 1)
+        # Where the static actors stand (moving ones: 0, 0; the quick test in _objects is for static ones only).
+        self.static_xy = np.array([a.static_xy or (0.0, 0.0) for a in sc.actors], float).reshape(-1, 2)
+        self._geometry_cache: dict[int, tuple[tuple[float, float, float], tuple[np.ndarray, list]]] = {}
+        self._canvas: tuple[PILImage.Image, PILImage.Image] | None = None
+        self._drawn: tuple[tuple[int, int, int, int] | None, tuple[int, int, int, int] | None] = (None, None)
 
     def camera_pose(self, t: float) -> tuple[np.ndarray, np.ndarray, float, float, float]:
         """World camera position, world->optical rotation, ego x, y, yaw at time ``t``."""
@@ -157,88 +215,132 @@ class Renderer:
         segments are searched)."""
         cam = self.cam
         position, w2o = self.camera_at(ex, ey, eyaw)
-        img = np.empty((cam.height * cam.width, 3), np.float32)
-        self._sky(img, eyaw)
-        self._ground(img, ex, ey, eyaw, ego_s)
-        frame = img.reshape(cam.height, cam.width, 3)
-        shadow, overlay = self._objects(t, position, w2o)
-        box = shadow.getbbox()
+        planes = np.empty((3, cam.height * cam.width), np.float32)
+        self._sky(planes, eyaw)
+        self._ground(planes, ex, ey, eyaw, ego_s)
+        self._composite(planes.reshape(3, cam.height, cam.width), t, position, w2o)
+        np.clip(planes, 0.0, 1.0, out=planes)
+        planes *= 255.0
+        planes += 0.5
+        return cv2.merge([plane.reshape(cam.height, cam.width).astype(np.uint8) for plane in planes])
+
+    def _sky(self, planes: np.ndarray, yaw: float) -> None:
+        shift = round(yaw / (2 * math.pi) * self.pano_cols)
+        offset = (self.col_min + shift) % self.pano_cols
+        for plane, source in zip(planes, self.sky_planes, strict=True):
+            np.take(source[offset:], self.sky_take, out=plane[: self.sky_end], mode="clip")
+
+    def _ground(self, planes: np.ndarray, ex: float, ey: float, eyaw: float, ego_s: float) -> None:
+        c, s = np.float32(math.cos(eyaw)), np.float32(math.sin(eyaw))
+        flat, size = self.texture
+        palette = _GROUND_PALETTE
+        for a, b, any_close, all_ground in self.chunks:
+            gx, gy = self.gx[a:b], self.gy[a:b]
+            wx = np.float32(ex) + c * gx - s * gy
+            wy = np.float32(ey) + s * gx + c * gy
+            s_road, d_road = self.sc.road.project(wx, wy, ego_s, _FAR_M * 1.6)
+            near = self.near[a:b]
+            sx = np.where(near, s_road, 0.0)
+            dd = np.where(near & np.isfinite(d_road), d_road, 1e6)
+            grain = (_bilinear(flat, size, wx * (1 / 1.6), wy * (1 / 1.6)) - 0.5) * 0.5
+            if any_close:
+                fine = _bilinear(flat, size, wx * (1 / 0.22) + 97.0, wy * (1 / 0.22) + 31.0)
+                grain += (fine - 0.5) * 0.35 * self.fine_amp[a:b]
+            fp_lat, half_lat = self.fp_lat[a:b], self.half_lat[a:b]
+            lo, hi = dd - half_lat, dd + half_lat
+            cov_shoulder = _cover(SHOULDER_D[0], SHOULDER_D[1], lo, hi, fp_lat)
+            cov_road = _cover(ASPHALT_D[0], ASPHALT_D[1], lo, hi, fp_lat)
+            paint = self._paint(dd, lo, hi, sx, a, b)
+            # colour = ((1-paint) * surface + paint * PAINT) * (1-haze) + haze * HAZE, the surface being
+            # a coverage-weighted mix of grass, gravel and asphalt, each modulated by the grain: the weights'
+            # products with the palette summed in order (bit for bit an (N, 8) @ (8, 3) einsum).
+            clear = self.clear[a:b]
+            keep = (1.0 - paint) * clear
+            w2 = cov_road * keep
+            w1 = cov_shoulder * (keep - w2)
+            weights = (keep - w1 - w2, w1, w2)
+            weights = (*weights, *(w * grain for w in weights), paint * clear)
+            for channel in range(3):
+                target = planes[channel, self.g0 + a : self.g0 + b]
+                colour = np.multiply(weights[0], palette[0, channel], out=target if all_ground else None)
+                for k in range(1, 7):
+                    colour += weights[k] * palette[k, channel]
+                colour += self.haze_colour[channel][a:b]
+                if not all_ground:
+                    np.copyto(target, colour, where=self.is_ground[a:b])
+
+    def _paint(self, dd: np.ndarray, lo: np.ndarray, hi: np.ndarray, sx: np.ndarray, a: int, b: int) -> np.ndarray:
+        """Coverage of the lane lines (edges solid, centre dashed) times 0.92 on the road, else 0. Worked out only
+        where a footprint [lo, hi] touches a line: elsewhere every line's coverage, and so the paint, is 0."""
+        half = LINE_WIDTH / 2
+        touch = np.zeros(dd.shape, bool)
+        for line in (RIGHT_EDGE_D, LEFT_EDGE_D, CENTRE_D):
+            touch |= (lo < np.float32(line + half)) & (hi > np.float32(line - half))
+        touch &= (dd > RIGHT_EDGE_D - 1.0) & (dd < LEFT_EDGE_D + 1.0)
+        paint = np.zeros_like(dd)
+        pick = np.flatnonzero(touch)
+        if len(pick) == 0:
+            return paint
+        lo, hi, sx = lo[pick], hi[pick], sx[pick]
+        fp_lat, fp_long, half_long = self.fp_lat[a:b][pick], self.fp_long[a:b][pick], self.half_long[a:b][pick]
+        covered = _cover(RIGHT_EDGE_D - half, RIGHT_EDGE_D + half, lo, hi, fp_lat)
+        covered += _cover(LEFT_EDGE_D - half, LEFT_EDGE_D + half, lo, hi, fp_lat)
+        phase = np.mod(sx, DASH_PERIOD)
+        start, end = phase - half_long, phase + half_long
+        along = _cover(-DASH_PERIOD, DASH_LENGTH - DASH_PERIOD, start, end, fp_long)
+        along += _cover(0.0, DASH_LENGTH, start, end, fp_long)
+        along += _cover(DASH_PERIOD, DASH_PERIOD + DASH_LENGTH, start, end, fp_long)
+        along = np.where(self.dashes_blur[a:b][pick], DASH_LENGTH / DASH_PERIOD, along)
+        covered += _cover(CENTRE_D - half, CENTRE_D + half, lo, hi, fp_lat) * along
+        np.clip(covered, 0.0, 1.0, out=covered)
+        paint[pick] = covered * 0.92
+        return paint
+
+    def _composite(self, frame: np.ndarray, t: float, position: np.ndarray, w2o: np.ndarray) -> None:
+        """Darken the actors' ground shadows and blend in the supersampled cuboids, in ``frame`` (3, H, W)."""
+        shadows, faces = self._objects(t, position, w2o)
+        if self._canvas is None:
+            cam, ss = self.cam, _SUPERSAMPLE
+            shadow = PILImage.new("L", (cam.width, cam.height), 0)
+            # The faces are opaque and the rest black and transparent, so the canvas is premultiplied as it is
+            # ("RGBa": reduce() then box-filters it without converting from "RGBA" first).
+            self._canvas = (shadow, PILImage.new("RGBa", (cam.width * ss, cam.height * ss), (0, 0, 0, 0)))
+        shadow, overlay = self._canvas
+        drawn, self._drawn = self._drawn, ((0, 0, *shadow.size), (0, 0, *overlay.size))  # all, until both are done
+        box = _redraw(shadow, drawn[0], [(poly, 255) for poly in shadows], 1)
         if box is not None:
             x0, y0, x1, y1 = box
             mask = np.asarray(shadow.crop(box), np.float32) * (0.42 / 255.0)
-            frame[y0:y1, x0:x1] *= 1.0 - mask[:, :, None]
-        box = overlay.getbbox()
-        if box is not None:
-            ss = _SUPERSAMPLE
-            x0, y0 = box[0] // ss, box[1] // ss
-            x1, y1 = -(-box[2] // ss), -(-box[3] // ss)
-            crop = overlay.crop((x0 * ss, y0 * ss, x1 * ss, y1 * ss)).reduce(ss)
-            # Transparent overlay pixels are black, so the box-filtered overlay is premultiplied.
-            small = np.asarray(crop, np.float32) / 255.0
-            region = frame[y0:y1, x0:x1]
-            frame[y0:y1, x0:x1] = region * (1.0 - small[:, :, 3:]) + small[:, :, :3]
-        return (np.clip(frame, 0.0, 1.0) * 255.0 + 0.5).astype(np.uint8)
+            frame[:, y0:y1, x0:x1] *= 1.0 - mask
+        self._drawn = (box, _redraw(overlay, drawn[1], faces, _SUPERSAMPLE))
+        if self._drawn[1] is not None:
+            # Whole rows of the box (the canvas is clear outside it), so a pixel's index is its index in the frame.
+            rows = (0, self._drawn[1][1], overlay.width, self._drawn[1][3])
+            small = overlay.reduce(_SUPERSAMPLE, rows).convert("RGBA")
+            packed = np.asarray(small).view("<u4").ravel()  # alpha in the high byte
+            # Only the covered pixels change (a transparent one is black: frame * 1 + 0).
+            covered = np.flatnonzero(packed > 0xFFFFFF)
+            rgba = packed[covered].view(np.uint8).reshape(-1, 4).T.astype(np.float32) / 255.0
+            pixels = covered + rows[1] // _SUPERSAMPLE * frame.shape[2]
+            alpha = 1.0 - rgba[3]
+            for channel, plane in enumerate(frame.reshape(3, -1)):
+                blended = plane.take(pixels)
+                blended *= alpha
+                blended += rgba[channel]
+                plane.put(pixels, blended)
 
-    def _sky(self, img: np.ndarray, yaw: float) -> None:
-        shift = round(yaw / (2 * math.pi) * self.pano_cols)
-        cols = (self.sky_col + shift) % self.pano_cols
-        img[self.sky_idx] = self.panorama[self.sky_row, cols]
-
-    def _ground(self, img: np.ndarray, ex: float, ey: float, eyaw: float, ego_s: float) -> None:
-        c, s = np.float32(math.cos(eyaw)), np.float32(math.sin(eyaw))
-        wx = np.float32(ex) + c * self.gx - s * self.gy
-        wy = np.float32(ey) + s * self.gx + c * self.gy
-        near = self.near_idx
-        sx = np.zeros_like(wx)
-        dd = np.full(wx.shape, 1e6, np.float32)
-        s_near, d_near = self.sc.road.project(wx[near], wy[near], ego_s, _FAR_M * 1.6)
-        sx[near], dd[near] = s_near, np.where(np.isfinite(d_near), d_near, 1e6)
-        fp_lat, fp_long = self.fp_lat, self.fp_long
-        tex = self.sc.ground_texture
-        grain = (sample_texture(tex, wx * (1 / 1.6), wy * (1 / 1.6)) - 0.5) * 0.5
-        close = self.close_idx  # fine grain only where a pixel covers less than its texel
-        fine = sample_texture(tex, wx[close] * (1 / 0.22) + 97.0, wy[close] * (1 / 0.22) + 31.0)
-        grain[close] += (fine - 0.5) * 0.35 * self.fine_amp
-        cov_shoulder = _box_overlap(SHOULDER_D[0], SHOULDER_D[1], dd, fp_lat)
-        cov_road = _box_overlap(ASPHALT_D[0], ASPHALT_D[1], dd, fp_lat)
-        half = LINE_WIDTH / 2
-        on_road = np.flatnonzero((dd > RIGHT_EDGE_D - 1.0) & (dd < LEFT_EDGE_D + 1.0))
-        d_r, fl_r, fg_r = dd[on_road], fp_lat[on_road], fp_long[on_road]
-        paint_r = _box_overlap(RIGHT_EDGE_D - half, RIGHT_EDGE_D + half, d_r, fl_r)
-        paint_r += _box_overlap(LEFT_EDGE_D - half, LEFT_EDGE_D + half, d_r, fl_r)
-        phase = np.mod(sx[on_road], DASH_PERIOD)
-        along = sum(_box_overlap(k * DASH_PERIOD, k * DASH_PERIOD + DASH_LENGTH, phase, fg_r) for k in (-1, 0, 1))
-        along = np.where(fg_r > DASH_PERIOD, DASH_LENGTH / DASH_PERIOD, along)
-        paint_r += _box_overlap(CENTRE_D - half, CENTRE_D + half, d_r, fl_r) * along
-        paint = np.zeros_like(dd)
-        paint[on_road] = np.clip(paint_r, 0.0, 1.0) * 0.92
-        # colour = ((1-paint) * surface + paint * PAINT) * (1-haze) + haze * HAZE, the surface being
-        # a coverage-weighted mix of grass, gravel and asphalt, each modulated by the grain:
-        # one (N, 8) @ (8, 3) product.
-        haze = self.haze_ground[:, 0]
-        keep = (1.0 - paint) * (1.0 - haze)
-        weights = np.empty((len(dd), 8), np.float32)
-        weights[:, 2] = cov_road * keep
-        weights[:, 1] = cov_shoulder * (keep - weights[:, 2])
-        weights[:, 0] = keep - weights[:, 1] - weights[:, 2]
-        weights[:, 3:6] = weights[:, 0:3] * grain[:, None]
-        weights[:, 6] = paint * (1.0 - haze)
-        weights[:, 7] = haze
-        colour = np.einsum("nk,kc->nc", weights, _GROUND_PALETTE)
-        img[self.ground_idx] = colour
-
-    def _objects(self, t: float, position: np.ndarray, w2o: np.ndarray) -> tuple[PILImage.Image, PILImage.Image]:
-        """A 1x shadow mask and a supersampled RGBA overlay with the shaded cuboids."""
-        cam = self.cam
-        ss = _SUPERSAMPLE
-        overlay = PILImage.new("RGBA", (cam.width * ss, cam.height * ss), (0, 0, 0, 0))
-        shadow = PILImage.new("L", (cam.width, cam.height), 0)
-        draw = ImageDraw.Draw(overlay)
-        shadow_draw = ImageDraw.Draw(shadow)
+    def _objects(self, t: float, position: np.ndarray, w2o: np.ndarray) -> tuple[list, list]:
+        """The shadow polygons (image pixels) and the shaded cuboid faces (polygon, RGBA fill; supersampled
+        pixels) of the actors in view, far to near."""
         forward = w2o[2]
+        # Static actors surely out of reach (a margin of 1 m over the exact test below) are skipped at once.
+        rel_xy = self.static_xy - position[:2]
+        maybe = (np.hypot(rel_xy[:, 0], rel_xy[:, 1]) <= _FAR_M + 21.0) & (rel_xy @ forward[:2] >= -26.0)
         visible = []
-        for actor in self.sc.actors:
+        for index, actor in enumerate(self.sc.actors):
             if actor.static_xy is not None:
+                if not maybe[index]:
+                    continue
                 rel = np.array([actor.static_xy[0] - position[0], actor.static_xy[1] - position[1], 0.0])
                 if np.hypot(rel[0], rel[1]) > _FAR_M + 20.0 or forward @ rel < -25.0:
                     continue
@@ -247,85 +349,106 @@ class Renderer:
             dist = float(np.hypot(rel[0], rel[1]))
             if dist > _FAR_M or forward @ rel < -25.0:
                 continue
-            visible.append((dist, ax, ay, ayaw, actor))
+            visible.append((dist, index, (ax, ay, ayaw), actor))
         visible.sort(key=lambda item: -item[0])
-        for dist, ax, ay, ayaw, actor in visible:
-            rot = np.array([[math.cos(ayaw), -math.sin(ayaw), 0], [math.sin(ayaw), math.cos(ayaw), 0], [0, 0, 1]])
-            origin = np.array([ax, ay, 0.0])
-            self._shadow(shadow_draw, actor, rot, origin, position, w2o)
+        shadows: list = []
+        faces: list = []
+        scale = float(_SUPERSAMPLE)
+        for dist, index, pose, actor in visible:
+            shadow, parts = self._geometry(index, pose, actor)
+            poly = self._project(shadow, position, w2o, 1.0)
+            if poly is not None and len(poly) >= 3:
+                shadows.append(poly)
             haze = 1.0 - math.exp(-dist / _HAZE_M)
-            for index, (centre, size, colour) in enumerate(actor.parts):
-                self._cuboid(
-                    draw,
-                    actor,
-                    index,
-                    np.array(centre),
-                    np.array(size),
-                    colour,
-                    rot,
-                    origin,
-                    position,
-                    w2o,
-                    haze,
-                )
-        return shadow, overlay
+            haze_rgb = (_HAZE * haze).tolist()
+            for normal, face_centre, shade, quads in parts:
+                if normal @ (position - face_centre) <= 0:
+                    continue
+                for corners, rgb in quads:
+                    poly = self._project(corners, position, w2o, scale)
+                    if poly is None or len(poly) < 3:
+                        continue
+                    shaded = (c * shade * (1 - haze) + h for c, h in zip(rgb, haze_rgb, strict=True))
+                    faces.append((poly, (*(int(min(max(c * 255 + 0.5, 0), 255)) for c in shaded), 255)))
+        return shadows, faces
+
+    def _geometry(self, index: int, pose: tuple[float, float, float], actor: Actor) -> tuple[np.ndarray, list]:
+        """An actor's shadow corners and per face of each part: normal, centre, shade and the corners (world) and
+        colour of its quads (the face, then its decals); kept while the actor's pose stays the same."""
+        cached = self._geometry_cache.get(index)
+        if cached is not None and cached[0] == pose:
+            return cached[1]
+        ax, ay, ayaw = pose
+        rot = np.array([[math.cos(ayaw), -math.sin(ayaw), 0], [math.sin(ayaw), math.cos(ayaw), 0], [0, 0, 1]])
+        origin = np.array([ax, ay, 0.0])
+        xs = [c[0] - s[0] / 2 for c, s, _ in actor.parts] + [c[0] + s[0] / 2 for c, s, _ in actor.parts]
+        ys = [c[1] - s[1] / 2 for c, s, _ in actor.parts] + [c[1] + s[1] / 2 for c, s, _ in actor.parts]
+        x0, x1, y0, y1 = min(xs) - 0.15, max(xs) + 0.15, min(ys) - 0.15, max(ys) + 0.15
+        shadow = np.array([[x0, y0, 0.01], [x1, y0, 0.01], [x1, y1, 0.01], [x0, y1, 0.01]]) @ rot.T + origin
+        shadow[:, :2] -= _SUN[:2] * 0.35
+        parts = []
+        for part, (centre_, size, colour) in enumerate(actor.parts):
+            centre, half = np.array(centre_), np.array(size) / 2
+            for face_id, (axis, sign, ua, va) in enumerate(_FACES):
+                normal_local = np.zeros(3)
+                normal_local[axis] = sign
+                normal = rot @ normal_local
+                face_centre = rot @ (centre + normal_local * half) + origin
+                shade = 0.5 + 0.5 * max(0.0, float(normal @ _SUN))
+                quads = [((-1.0, 1.0, -1.0, 1.0), colour)]
+                quads += [(r, c) for p, face, r, c in actor.decals if p == part and face == face_id]
+                corners = [
+                    (_face_quad(centre, half, normal_local, ua, va, rect, lift=0.005 * k) @ rot.T + origin, rgb)
+                    for k, (rect, rgb) in enumerate(quads)
+                ]
+                parts.append((normal, face_centre, shade, [(c, [float(v) for v in rgb]) for c, rgb in corners]))
+        self._geometry_cache[index] = (pose, (shadow, parts))
+        return shadow, parts
 
     def _project(self, points_world: np.ndarray, position: np.ndarray, w2o: np.ndarray, scale: float):
         """Clip a planar polygon (N, 3) against the near plane and project it to pixels."""
         cam = self.cam
-        pts = (points_world - position) @ w2o.T
-        inside = pts[:, 2] >= _NEAR_M
-        if not inside.any():
+        pts = ((points_world - position) @ w2o.T).tolist()
+        inside = [p[2] >= _NEAR_M for p in pts]
+        if not any(inside):
             return None
-        if not inside.all():
+        if not all(inside):
             clipped = []
             n = len(pts)
             for i in range(n):
                 a, b = pts[i], pts[(i + 1) % n]
-                ina, inb = a[2] >= _NEAR_M, b[2] >= _NEAR_M
-                if ina:
+                if inside[i]:
                     clipped.append(a)
-                if ina != inb:
+                if inside[i] != inside[(i + 1) % n]:
                     f = (_NEAR_M - a[2]) / (b[2] - a[2])
-                    clipped.append(a + f * (b - a))
-            pts = np.array(clipped)
-        u = (cam.fx * pts[:, 0] / pts[:, 2] + cam.cx + 0.5) * scale
-        v = (cam.fy * pts[:, 1] / pts[:, 2] + cam.cy + 0.5) * scale
-        if u.max() < 0 or v.max() < 0 or u.min() > cam.width * scale or v.min() > cam.height * scale:
+                    clipped.append([ai + f * (bi - ai) for ai, bi in zip(a, b, strict=True)])
+            pts = clipped
+        fx, fy, cx, cy = cam.fx, cam.fy, cam.cx, cam.cy
+        poly = [((fx * x / z + cx + 0.5) * scale, (fy * y / z + cy + 0.5) * scale) for x, y, z in pts]
+        us, vs = [p[0] for p in poly], [p[1] for p in poly]
+        if max(us) < 0 or max(vs) < 0 or min(us) > cam.width * scale or min(vs) > cam.height * scale:
             return None
-        return list(zip(u.tolist(), v.tolist(), strict=True))
+        return poly
 
-    def _shadow(self, draw, actor: Actor, rot, origin, position, w2o) -> None:
-        xs = [c[0] - s[0] / 2 for c, s, _ in actor.parts] + [c[0] + s[0] / 2 for c, s, _ in actor.parts]
-        ys = [c[1] - s[1] / 2 for c, s, _ in actor.parts] + [c[1] + s[1] / 2 for c, s, _ in actor.parts]
-        x0, x1, y0, y1 = min(xs) - 0.15, max(xs) + 0.15, min(ys) - 0.15, max(ys) + 0.15
-        corners = np.array([[x0, y0, 0.01], [x1, y0, 0.01], [x1, y1, 0.01], [x0, y1, 0.01]]) @ rot.T + origin
-        corners[:, :2] -= _SUN[:2] * 0.35
-        poly = self._project(corners, position, w2o, 1.0)
-        if poly is not None and len(poly) >= 3:
-            draw.polygon(poly, fill=255)
 
-    def _cuboid(self, draw, actor, index, centre, size, colour, rot, origin, position, w2o, haze) -> None:
-        half = size / 2
-        base = np.array(colour)
-        for face_id, (axis, sign, ua, va) in enumerate(_FACES):
-            normal_local = np.zeros(3)
-            normal_local[axis] = sign
-            normal = rot @ normal_local
-            face_centre = rot @ (centre + normal_local * half) + origin
-            if normal @ (position - face_centre) <= 0:
-                continue
-            shade = 0.5 + 0.5 * max(0.0, float(normal @ _SUN))
-            quads = [((-1.0, 1.0, -1.0, 1.0), base)]
-            quads += [(r, np.array(c)) for part, face, r, c in actor.decals if part == index and face == face_id]
-            for k, (rect, rgb) in enumerate(quads):
-                local = _face_quad(centre, half, normal_local, ua, va, rect, lift=0.005 * k)
-                poly = self._project(local @ rot.T + origin, position, w2o, float(_SUPERSAMPLE))
-                if poly is None or len(poly) < 3:
-                    continue
-                shaded = rgb * shade * (1 - haze) + _HAZE * haze
-                fill = (*(int(np.clip(c * 255 + 0.5, 0, 255)) for c in shaded), 255)
-                draw.polygon(poly, fill=fill)
+def _redraw(canvas: PILImage.Image, drawn: tuple[int, int, int, int] | None, polygons: list, align: int):
+    """Clear ``drawn`` (the box the last frame drew in) on ``canvas``, draw ``(polygon, fill)`` in order and return
+    the box they lie in (a margin around their vertices, clipped to the canvas, corners multiples of ``align``),
+    or None. Transparent pixels leave the frame as it is, so any box around the drawn pixels blends the same."""
+    if drawn is not None:
+        canvas.paste(0, drawn)
+    if not polygons:
+        return None
+    draw = ImageDraw.Draw(canvas)
+    xs, ys = [], []
+    for polygon, fill in polygons:
+        draw.polygon(polygon, fill=fill)
+        xs += [p[0] for p in polygon]
+        ys += [p[1] for p in polygon]
+    x0, y0 = max(0, math.floor(min(xs)) - 2) // align * align, max(0, math.floor(min(ys)) - 2) // align * align
+    x1 = min(canvas.width, -(-(math.ceil(max(xs)) + 3) // align) * align)
+    y1 = min(canvas.height, -(-(math.ceil(max(ys)) + 3) // align) * align)
+    return (x0, y0, x1, y1) if x0 < x1 and y0 < y1 else None
 
 
 def _face_quad(
