@@ -113,6 +113,7 @@ def counted_run(engine: Any, conversations: list, decode: Any) -> dict[str, floa
     from torch.utils._python_dispatch import TorchDispatchMode
 
     from wam_diff2_ros.bench.host_reads import count_host_reads
+    from wam_diff2_ros.core.engine.fused import stock_chains
 
     ops: dict[str, int] = {}
     phase = ["other"]
@@ -130,7 +131,7 @@ def counted_run(engine: Any, conversations: list, decode: Any) -> dict[str, floa
             phase[0] = name
             iterations[0] += name == "step"
 
-        with OpCounter():
+        with stock_chains(), OpCounter():
             result = engine.generate_conversations(conversations, decode, observe=observe)[0]
     steps = max(1, sum(result.steps_per_block))
     blocks = max(1, len(result.steps_per_block))

@@ -40,7 +40,6 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 LOG = logging.getLogger(__name__)
 
@@ -51,6 +50,18 @@ STOCK_ATTENTION = "sdpa"  # what it runs outside a step: the implementation the 
 MODULE_INTERNALS = frozenset(vars(torch.nn.Module()))  # what `nn.Module` keeps per instance (hooks, children, ...)
 
 _ACTIVE: contextvars.ContextVar[FusedStepOps | None] = contextvars.ContextVar("active_fused_step_ops", default=None)
+_STOCK_ONLY: contextvars.ContextVar[bool] = contextvars.ContextVar("fused_stock_only", default=False)
+
+
+@contextlib.contextmanager
+def stock_chains() -> Iterator[None]:
+    """Within: every fused chain runs its stock computation (for an aten op counter: a Triton kernel or a
+    compiled chain is no aten op, and dynamo cannot trace under a Python dispatch mode)."""
+    token = _STOCK_ONLY.set(True)
+    try:
+        yield
+    finally:
+        _STOCK_ONLY.reset(token)
 
 
 def rms_norm(hidden: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -261,20 +272,17 @@ class FusedStepOps:
 
     def _compiled(self, name: str, function: Callable[..., Any]) -> Callable[..., Any]:
         """`function` compiled (lazily, on first call) and guarded (see `_guarded`)."""
-        import torch._inductor.config as inductor_config
-
-        options = {}
-        if hasattr(inductor_config, "emulate_precision_casts"):
-            options["emulate_precision_casts"] = True  # round where eager rounds (bf16 intermediates)
+        # round where eager rounds (bf16 intermediates); an option this torch lacks fails the first call: stock
+        options = {"emulate_precision_casts": True}
         compiled = self.compiled[name] = torch.compile(function, fullgraph=True, options=options)
         return self._guarded(f"torch.compile of {name}", compiled, function)
 
     def _guarded(self, label: str, kernel: Callable[..., Any], function: Callable[..., Any]) -> Callable[..., Any]:
         """`kernel` that falls back to `function`, for good, when it fails (no compiler, no Triton, an unsupported
-        op), and under a Python dispatch mode (dynamo cannot trace under one; the op counter counts the chain)."""
+        op), and within :func:`stock_chains`."""
 
         def guarded(*args: Any, **kwargs: Any) -> Any:
-            if self.failed or _get_current_dispatch_mode() is not None:
+            if self.failed or _STOCK_ONLY.get():
                 return function(*args, **kwargs)
             try:
                 return kernel(*args, **kwargs)
