@@ -94,6 +94,22 @@ def _color(rgba: tuple[float, float, float, float]) -> Any:
     return Color(r=r, g=g, b=b, a=a)
 
 
+def _line_strip(
+    points: Sequence[tuple[float, float]], z: float, thickness: float, color: Any = None, colors: Any = None
+) -> Any:
+    """A Foxglove line strip through ``points`` at height ``z`` (one colour, or one per point)."""
+    from foxglove.messages import LinePrimitive, LinePrimitiveLineType, Point3, Pose, Quaternion, Vector3
+
+    return LinePrimitive(
+        type=LinePrimitiveLineType.LineStrip,
+        pose=Pose(position=Vector3(x=0.0, y=0.0, z=0.0), orientation=Quaternion(x=0.0, y=0.0, z=0.0, w=1.0)),
+        thickness=thickness,
+        points=[Point3(x=x, y=y, z=z) for x, y in points],
+        color=color,
+        colors=colors or [],
+    )
+
+
 def _lower_priority() -> None:
     """Make the calling thread the scheduler's last choice (Linux: a thread's nice value is its own), so that
     JPEG encoding never takes a core from planning; elsewhere nothing changes."""
@@ -334,9 +350,6 @@ class LiveView:
 
     def _scene(self, frame: ViewFrame, frame_id: str, points: Sequence[tuple[float, float]], fixed: bool) -> Any:
         from foxglove.messages import (
-            LinePrimitive,
-            LinePrimitiveLineType,
-            Point3,
             Pose,
             Quaternion,
             SceneEntity,
@@ -353,15 +366,7 @@ class LiveView:
         lines, spheres, texts = [], [], []
         if points:
             colors = [_color(c) for c in frame.colors]
-            lines.append(
-                LinePrimitive(
-                    type=LinePrimitiveLineType.LineStrip,
-                    pose=Pose(position=Vector3(x=0.0, y=0.0, z=0.0), orientation=identity),
-                    thickness=0.25,
-                    points=[Point3(x=x, y=y, z=0.05) for x, y in [origin, *points]],
-                    colors=[colors[0], *colors],
-                )
-            )
+            lines.append(_line_strip([origin, *points], 0.05, 0.25, colors=[colors[0], *colors]))
             spheres.extend(
                 SpherePrimitive(
                     pose=Pose(position=Vector3(x=x, y=y, z=0.1), orientation=identity),
@@ -407,15 +412,7 @@ class LiveView:
                     id="candidates",
                     frame_locked=not fixed,
                     lines=[
-                        LinePrimitive(
-                            type=LinePrimitiveLineType.LineStrip,
-                            pose=Pose(position=Vector3(x=0.0, y=0.0, z=0.0), orientation=identity),
-                            thickness=0.12,
-                            points=[
-                                Point3(x=x, y=y, z=0.03) for x, y in [origin, *(c.points_fixed if fixed else c.points)]
-                            ],
-                            color=_color(c.color),
-                        )
+                        _line_strip([origin, *(c.points_fixed if fixed else c.points)], 0.03, 0.12, _color(c.color))
                         for c in frame.candidates
                         if (c.points_fixed if fixed else c.points)
                     ],
@@ -429,15 +426,7 @@ class LiveView:
                         timestamp=stamp,
                         frame_id=frame_id,
                         id="ego_path",
-                        lines=[
-                            LinePrimitive(
-                                type=LinePrimitiveLineType.LineStrip,
-                                pose=Pose(position=Vector3(x=0.0, y=0.0, z=0.0), orientation=identity),
-                                thickness=0.15,
-                                points=[Point3(x=x, y=y, z=0.02) for x, y in path],
-                                color=_color((0.3, 0.55, 1.0, 1.0)),
-                            )
-                        ],
+                        lines=[_line_strip(path, 0.02, 0.15, _color((0.3, 0.55, 1.0, 1.0)))],
                     )
                 )
         return SceneUpdate(entities=entities)
