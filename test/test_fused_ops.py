@@ -177,6 +177,29 @@ def test_a_failing_compile_is_logged_once_and_the_stock_chains_run(tiny, monkeyp
     assert len([r for r in caplog.records if "torch.compile" in r.getMessage()]) == 1
 
 
+def test_within_stock_chains_the_compiled_chains_are_not_called(tiny, monkeypatch):
+    backbone, _ = tiny
+    layer = language_model(backbone).layers[0]
+    hidden = torch.randn(1, 5, layer.input_layernorm.weight.shape[0])
+    calls: list[str] = []
+
+    def counting_compile(function, **_):
+        def run(*args):
+            calls.append(function.__name__)
+            return function(*args)
+
+        return run
+
+    monkeypatch.setattr(fused_ops.torch, "compile", counting_compile)
+    ops = FusedStepOps(language_model(backbone))
+    with torch.inference_mode(), ops.installed():
+        with fused_ops.stock_chains():  # what the benchmark's aten-op counter runs under
+            layer.input_layernorm(hidden)
+        assert calls == []
+        layer.input_layernorm(hidden)
+    assert calls == ["rms_norm"] and not ops.failed
+
+
 def test_fast_engine_with_fused_kernels_steps_like_the_stock_step_and_decodes(tiny, monkeypatch):
     """Block step hidden states within float32 noise of the stock step's; the decoder runs them end to end, its
     masked attention through `grouped_attention`."""
