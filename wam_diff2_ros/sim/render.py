@@ -178,8 +178,8 @@ class Renderer:
         frame = planes.reshape(3, cam.height, cam.width)
         self._blend(frame, *drawn)
         image = np.empty((cam.height, cam.width, 3), np.uint8)
-        bands = range(0, cam.height, -(-cam.height // 4))
-        self._spread(lambda top: _to_uint8(frame, image, slice(top, top + -(-cam.height // 4))), bands)
+        band = -(-cam.height // 4)  # rows
+        self._spread(lambda top: _to_uint8(frame, image, slice(top, top + band)), range(0, cam.height, band))
         return image
 
     def _spread(self, task: Callable, items: Sequence, first: Callable | None = None):
