@@ -82,8 +82,8 @@ class Renderer:
     """Renders the front camera: per-pixel sky and ground (:class:`~wam_diff2_ros.sim.ground.GroundShader`), then
     shaded cuboids as polygons. The ground's chunks are shaded on ``threads`` threads (the caller's and a small
     pool of its own, made at first use; numpy lets go of the GIL in its loops) while the caller also draws the
-    cuboids: the frames are the same for any number of threads. One instance is for one thread at a time (it keeps
-    its canvases and caches from frame to frame)."""
+    cuboids, and so is the uint8 conversion: the frames are the same for any number of threads. One instance is for
+    one thread at a time (it keeps its canvases and caches from frame to frame)."""
 
     def __init__(self, sc: Scenario, width: int, height: int, threads: int | None = None) -> None:
         self.threads = default_threads() if threads is None else threads
