@@ -5,10 +5,7 @@ cuboid actors, haze, supersampled.
 from __future__ import annotations
 
 import math
-import os
-import threading
-from collections.abc import Callable, Iterator, Sequence
-from concurrent import futures
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import cv2
@@ -16,8 +13,20 @@ import numpy as np
 from PIL import Image as PILImage
 from PIL import ImageDraw
 
-from wam_diff2_ros.sim.ground import FAR_M, HAZE_COLOUR, HAZE_M, GroundShader
-from wam_diff2_ros.sim.road import CAMERA_PITCH_RAD, CAMERA_X_M, CAMERA_Z_M, HORIZONTAL_FOV_RAD
+from wam_diff2_ros.sim.road import (
+    ASPHALT_D,
+    CAMERA_PITCH_RAD,
+    CAMERA_X_M,
+    CAMERA_Z_M,
+    CENTRE_D,
+    DASH_LENGTH,
+    DASH_PERIOD,
+    HORIZONTAL_FOV_RAD,
+    LEFT_EDGE_D,
+    LINE_WIDTH,
+    RIGHT_EDGE_D,
+    SHOULDER_D,
+)
 from wam_diff2_ros.sim.scenario import Actor, Scenario, sample_texture
 
 
@@ -48,48 +57,73 @@ class CameraModel:
 
 _SKY_HORIZON = np.array([0.80, 0.86, 0.93], np.float32)
 _SKY_ZENITH = np.array([0.33, 0.53, 0.84], np.float32)
+_HAZE = np.array([0.78, 0.83, 0.88], np.float32)
+_GRASS = np.array([0.30, 0.43, 0.19], np.float32)
+_GRAVEL = np.array([0.50, 0.47, 0.42], np.float32)
+_ASPHALT = np.array([0.30, 0.30, 0.32], np.float32)
+_PAINT = np.array([0.90, 0.90, 0.88], np.float32)
+_GROUND_PALETTE = np.stack(
+    [_GRASS, _GRAVEL, _ASPHALT, 0.9 * _GRASS, 0.3 * _GRAVEL, 0.18 * _ASPHALT, _PAINT, _HAZE]
+).astype(np.float32)
 _SUN = np.array([0.45, 0.35, 0.82]) / np.linalg.norm([0.45, 0.35, 0.82])
+_HAZE_M = 420.0
 _NEAR_M = 0.25
+_FAR_M = 170.0
 _SUPERSAMPLE = 2
 
 # Unit cube faces: (axis, sign, tangent u axis, tangent v axis).
 _FACES = ((0, 1, 1, 2), (0, -1, 1, 2), (1, 1, 0, 2), (1, -1, 0, 2), (2, 1, 0, 1), (2, -1, 0, 1))
 
 
-def default_threads() -> int:
-    """The renderer's threads unless told: 2 where the machine has 2 cores or more, fewer where
-    ``OMP_NUM_THREADS`` asks for fewer (as Ray does for its one-CPU workers)."""
-    threads = min(2, os.cpu_count() or 1)
-    omp = os.environ.get("OMP_NUM_THREADS", "")
-    return max(1, min(threads, int(omp))) if omp.isdigit() else threads
+_CHUNK = 32768  # ground pixels per pass of the ground shader, so that its temporaries stay in the CPU cache
 
 
-def _next(chunks: Iterator, lock: threading.Lock):
-    with lock:
-        return next(chunks, None)
+def _cover(lo: float, hi: float, near: np.ndarray, far: np.ndarray, width: np.ndarray) -> np.ndarray:
+    """Fraction of each pixel footprint [near, far] (of length ``width``) inside [lo, hi] (box-filtered edge)."""
+    out = np.minimum(np.float32(hi), far)
+    out -= np.maximum(np.float32(lo), near)
+    out /= width
+    np.clip(out, 0.0, 1.0, out=out)
+    return out
 
 
-def _to_uint8(frame: np.ndarray, image: np.ndarray, rows: slice) -> None:
-    """``image[rows]`` (H, W, 3) uint8 from ``frame[:, rows]`` (3, H, W) float32 (0..1, clipped; changed)."""
-    band = frame[:, rows]
-    np.clip(band, 0.0, 1.0, out=band)
-    band *= 255.0
-    band += 0.5
-    cv2.merge([plane.astype(np.uint8) for plane in band], dst=image[rows])
+def _bilinear(flat: np.ndarray, size: int, u: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """:func:`sample_texture` of the raveled padded texture ``flat`` (``size`` + 1 square), in place (``u``, ``v``
+    are overwritten) and without index copies: the same arithmetic."""
+    u0f, v0f = np.floor(u), np.floor(v)
+    u -= u0f
+    v -= v0f
+    mask = size - 1
+    idx = v0f.astype(np.int64)
+    idx &= mask
+    idx *= size + 1
+    column = u0f.astype(np.int64)
+    column &= mask
+    idx += column
+    top = flat.take(idx, mode="clip")
+    step = flat[1:].take(idx, out=u0f, mode="clip")
+    step -= top
+    step *= u
+    top += step
+    bottom = flat[size + 1 :].take(idx, mode="clip")
+    step = flat[size + 2 :].take(idx, out=v0f, mode="clip")
+    step -= bottom
+    step *= u
+    bottom += step
+    bottom -= top
+    bottom *= v
+    top += bottom
+    return top
 
 
 class Renderer:
-    """Renders the front camera: per-pixel sky and ground (:class:`~wam_diff2_ros.sim.ground.GroundShader`), then
-    shaded cuboids as polygons. The ground's chunks are shaded on ``threads`` threads (the caller's and a small
-    pool of its own, made at first use; numpy lets go of the GIL in its loops) while the caller also draws the
-    cuboids, and so is the uint8 conversion: the frames are the same for any number of threads. One instance is for
-    one thread at a time (it keeps its canvases and caches from frame to frame)."""
+    """Renders the front camera: per-pixel sky and ground, then shaded cuboids as polygons.
 
-    def __init__(self, sc: Scenario, width: int, height: int, threads: int | None = None) -> None:
-        self.threads = default_threads() if threads is None else threads
-        if self.threads < 1:
-            raise ValueError(f"the renderer needs at least 1 thread, not {threads}")
-        self._pool: tuple[int, futures.ThreadPoolExecutor] | None = None  # (the pid it was made in, the pool)
+    Without camera roll the ground is the image's last rows, so the ground shader runs on the flat pixel range
+    from the first ground pixel to the end (a few sky pixels of its first row are shaded and then not written),
+    in chunks, and the colour planes are converted to the interleaved uint8 image at the end."""
+
+    def __init__(self, sc: Scenario, width: int, height: int) -> None:
         self.sc = sc
         self.cam = CameraModel.for_size(width, height)
         u, v = np.meshgrid(np.arange(width, dtype=np.float64), np.arange(height, dtype=np.float64))
@@ -103,7 +137,29 @@ class Renderer:
         ground = dz < -1e-3
         t = np.where(ground, CAMERA_Z_M / np.maximum(-dz, 1e-3), np.inf)
         ground &= t < 3000.0
-        self.ground = GroundShader(ground, t, dx, dy, dz, self.cam.fx, sc.ground_texture)
+        pixels = width * height
+        # The shaded range [g0, pixels): every ground pixel, and sky pixels given a stand-in distance.
+        self.g0 = g0 = int(np.argmax(ground)) if ground.any() else pixels
+        self.is_ground = ground[g0:]
+        tg = np.where(self.is_ground, t[g0:], 10.0)
+        f32 = np.float32
+        self.gx = (CAMERA_X_M + tg * dx[g0:]).astype(f32)
+        self.gy = (tg * dy[g0:]).astype(f32)
+        self.fp_lat = np.maximum(tg / self.cam.fx, 1e-3).astype(f32)
+        self.fp_long = np.maximum(tg / (self.cam.fx * np.maximum(-dz[g0:], 1e-3)), 1e-3).astype(f32)
+        self.half_lat, self.half_long = self.fp_lat * f32(0.5), self.fp_long * f32(0.5)
+        self.haze = (1 - np.exp(-tg / _HAZE_M)).astype(f32)
+        self.clear = 1.0 - self.haze
+        self.haze_colour = [self.haze * _GROUND_PALETTE[7, c] for c in range(3)]
+        self.near = tg < _FAR_M * 1.6
+        close = self.fp_long < 0.25  # fine grain only where a pixel covers less than its texel
+        self.fine_amp = np.where(close, 1.0 - self.fp_long / 0.25, 0.0).astype(f32)
+        self.dashes_blur = self.fp_long > DASH_PERIOD
+        bounds = range(0, pixels - g0, _CHUNK)
+        self.chunks = [
+            (a, min(a + _CHUNK, pixels - g0), close[a : a + _CHUNK].any(), self.is_ground[a : a + _CHUNK].all())
+            for a in bounds
+        ]
         # The sky depends on the heading only: precompute a panorama (azimuth x elevation) at about one camera
         # pixel per sample, widened so that a heading's window never wraps, and take it per frame.
         self.sky_end = int(np.flatnonzero(~ground)[-1]) + 1 if not ground.all() else 0
@@ -120,6 +176,7 @@ class Renderer:
         wide = panorama[:, np.arange(self.pano_cols + span) % self.pano_cols]
         self.sky_planes = [np.ascontiguousarray(wide[:, :, c]).ravel() for c in range(3)]
         self.sky_take = sky_row * wide.shape[1] + (sky_col - self.col_min)
+        self.texture = (sc.ground_texture.ravel(), sc.ground_texture.shape[0] - 1)
         # Where the static actors stand (moving ones: 0, 0; the quick test in _objects is for static ones only).
         self.static_xy = np.array([a.static_xy or (0.0, 0.0) for a in sc.actors], float).reshape(-1, 2)
         self._geometry_cache: dict[int, tuple[tuple[float, float, float], tuple[np.ndarray, list]]] = {}
@@ -159,56 +216,13 @@ class Renderer:
         cam = self.cam
         position, w2o = self.camera_at(ex, ey, eyaw)
         planes = np.empty((3, cam.height * cam.width), np.float32)
-        sky_done = threading.Event()
-
-        def shade(chunk: tuple) -> None:
-            if self.ground.g0 + chunk[0] < self.sky_end:
-                sky_done.wait()  # the sky writes all of its range, the ground pixels of its last rows included
-            self.ground.shade(planes, chunk, self.sc.road, (ex, ey, eyaw, ego_s))
-
-        def sky_then_draw() -> tuple:
-            try:
-                self._sky(planes, eyaw)
-            finally:
-                sky_done.set()
-            return self._draw(t, position, w2o)
-
-        # Bottom up, so that the chunks that reach into the sky's range come last.
-        drawn = self._spread(shade, self.ground.chunks[::-1], sky_then_draw)
-        frame = planes.reshape(3, cam.height, cam.width)
-        self._blend(frame, *drawn)
-        image = np.empty((cam.height, cam.width, 3), np.uint8)
-        band = -(-cam.height // 4)  # rows
-        self._spread(lambda top: _to_uint8(frame, image, slice(top, top + band)), range(0, cam.height, band))
-        return image
-
-    def _spread(self, task: Callable, items: Sequence, first: Callable | None = None):
-        """``task(item)`` for every item, on the renderer's threads (the caller's and its pool's, each taking the
-        next item left), the caller running ``first()`` before it takes any; returns what ``first`` returned."""
-        queue, lock = iter(items), threading.Lock()
-
-        def work() -> None:
-            while (item := _next(queue, lock)) is not None:
-                task(item)
-
-        pool = self._helpers()
-        helpers = [pool.submit(work) for _ in range(self.threads - 1)] if pool is not None else []
-        try:
-            result = None if first is None else first()
-            work()
-        finally:
-            futures.wait(helpers)  # none of them runs on after this
-        for helper in helpers:
-            helper.result()
-        return result
-
-    def _helpers(self) -> futures.ThreadPoolExecutor | None:
-        """The pool of ``threads - 1`` helper threads (made at first use, and again in a forked child)."""
-        if self.threads == 1:
-            return None
-        if self._pool is None or self._pool[0] != os.getpid():
-            self._pool = (os.getpid(), futures.ThreadPoolExecutor(self.threads - 1, "renderer"))
-        return self._pool[1]
+        self._sky(planes, eyaw)
+        self._ground(planes, ex, ey, eyaw, ego_s)
+        self._composite(planes.reshape(3, cam.height, cam.width), t, position, w2o)
+        np.clip(planes, 0.0, 1.0, out=planes)
+        planes *= 255.0
+        planes += 0.5
+        return cv2.merge([plane.reshape(cam.height, cam.width).astype(np.uint8) for plane in planes])
 
     def _sky(self, planes: np.ndarray, yaw: float) -> None:
         shift = round(yaw / (2 * math.pi) * self.pano_cols)
@@ -216,9 +230,74 @@ class Renderer:
         for plane, source in zip(planes, self.sky_planes, strict=True):
             np.take(source[offset:], self.sky_take, out=plane[: self.sky_end], mode="clip")
 
-    def _draw(self, t: float, position: np.ndarray, w2o: np.ndarray):
-        """The actors' ground shadows and supersampled cuboids, drawn and reduced to what :meth:`_blend` needs:
-        the shadows' box and darkening mask (or None) and the covered pixels with their premultiplied RGBA."""
+    def _ground(self, planes: np.ndarray, ex: float, ey: float, eyaw: float, ego_s: float) -> None:
+        c, s = np.float32(math.cos(eyaw)), np.float32(math.sin(eyaw))
+        flat, size = self.texture
+        palette = _GROUND_PALETTE
+        for a, b, any_close, all_ground in self.chunks:
+            gx, gy = self.gx[a:b], self.gy[a:b]
+            wx = np.float32(ex) + c * gx - s * gy
+            wy = np.float32(ey) + s * gx + c * gy
+            s_road, d_road = self.sc.road.project(wx, wy, ego_s, _FAR_M * 1.6)
+            near = self.near[a:b]
+            sx = np.where(near, s_road, 0.0)
+            dd = np.where(near & np.isfinite(d_road), d_road, 1e6)
+            grain = (_bilinear(flat, size, wx * (1 / 1.6), wy * (1 / 1.6)) - 0.5) * 0.5
+            if any_close:
+                fine = _bilinear(flat, size, wx * (1 / 0.22) + 97.0, wy * (1 / 0.22) + 31.0)
+                grain += (fine - 0.5) * 0.35 * self.fine_amp[a:b]
+            fp_lat, half_lat = self.fp_lat[a:b], self.half_lat[a:b]
+            lo, hi = dd - half_lat, dd + half_lat
+            cov_shoulder = _cover(SHOULDER_D[0], SHOULDER_D[1], lo, hi, fp_lat)
+            cov_road = _cover(ASPHALT_D[0], ASPHALT_D[1], lo, hi, fp_lat)
+            paint = self._paint(dd, lo, hi, sx, a, b)
+            # colour = ((1-paint) * surface + paint * PAINT) * (1-haze) + haze * HAZE, the surface being
+            # a coverage-weighted mix of grass, gravel and asphalt, each modulated by the grain: the weights'
+            # products with the palette summed in order (bit for bit an (N, 8) @ (8, 3) einsum).
+            clear = self.clear[a:b]
+            keep = (1.0 - paint) * clear
+            w2 = cov_road * keep
+            w1 = cov_shoulder * (keep - w2)
+            weights = (keep - w1 - w2, w1, w2)
+            weights = (*weights, *(w * grain for w in weights), paint * clear)
+            for channel in range(3):
+                target = planes[channel, self.g0 + a : self.g0 + b]
+                colour = np.multiply(weights[0], palette[0, channel], out=target if all_ground else None)
+                for k in range(1, 7):
+                    colour += weights[k] * palette[k, channel]
+                colour += self.haze_colour[channel][a:b]
+                if not all_ground:
+                    np.copyto(target, colour, where=self.is_ground[a:b])
+
+    def _paint(self, dd: np.ndarray, lo: np.ndarray, hi: np.ndarray, sx: np.ndarray, a: int, b: int) -> np.ndarray:
+        """Coverage of the lane lines (edges solid, centre dashed) times 0.92 on the road, else 0. Worked out only
+        where a footprint [lo, hi] touches a line: elsewhere every line's coverage, and so the paint, is 0."""
+        half = LINE_WIDTH / 2
+        touch = np.zeros(dd.shape, bool)
+        for line in (RIGHT_EDGE_D, LEFT_EDGE_D, CENTRE_D):
+            touch |= (lo < np.float32(line + half)) & (hi > np.float32(line - half))
+        touch &= (dd > RIGHT_EDGE_D - 1.0) & (dd < LEFT_EDGE_D + 1.0)
+        paint = np.zeros_like(dd)
+        pick = np.flatnonzero(touch)
+        if len(pick) == 0:
+            return paint
+        lo, hi, sx = lo[pick], hi[pick], sx[pick]
+        fp_lat, fp_long, half_long = self.fp_lat[a:b][pick], self.fp_long[a:b][pick], self.half_long[a:b][pick]
+        covered = _cover(RIGHT_EDGE_D - half, RIGHT_EDGE_D + half, lo, hi, fp_lat)
+        covered += _cover(LEFT_EDGE_D - half, LEFT_EDGE_D + half, lo, hi, fp_lat)
+        phase = np.mod(sx, DASH_PERIOD)
+        start, end = phase - half_long, phase + half_long
+        along = _cover(-DASH_PERIOD, DASH_LENGTH - DASH_PERIOD, start, end, fp_long)
+        along += _cover(0.0, DASH_LENGTH, start, end, fp_long)
+        along += _cover(DASH_PERIOD, DASH_PERIOD + DASH_LENGTH, start, end, fp_long)
+        along = np.where(self.dashes_blur[a:b][pick], DASH_LENGTH / DASH_PERIOD, along)
+        covered += _cover(CENTRE_D - half, CENTRE_D + half, lo, hi, fp_lat) * along
+        np.clip(covered, 0.0, 1.0, out=covered)
+        paint[pick] = covered * 0.92
+        return paint
+
+    def _composite(self, frame: np.ndarray, t: float, position: np.ndarray, w2o: np.ndarray) -> None:
+        """Darken the actors' ground shadows and blend in the supersampled cuboids, in ``frame`` (3, H, W)."""
         shadows, faces = self._objects(t, position, w2o)
         if self._canvas is None:
             cam, ss = self.cam, _SUPERSAMPLE
@@ -229,26 +308,20 @@ class Renderer:
         shadow, overlay = self._canvas
         drawn, self._drawn = self._drawn, ((0, 0, *shadow.size), (0, 0, *overlay.size))  # all, until both are done
         box = _redraw(shadow, drawn[0], [(poly, 255) for poly in shadows], 1)
-        mask = None if box is None else np.asarray(shadow.crop(box), np.float32) * (0.42 / 255.0)
-        self._drawn = (box, _redraw(overlay, drawn[1], faces, _SUPERSAMPLE))
-        if self._drawn[1] is None:
-            return box, mask, None, None
-        # Whole rows of the box (the canvas is clear outside it), so a pixel's index is its index in the frame.
-        rows = (0, self._drawn[1][1], overlay.width, self._drawn[1][3])
-        small = overlay.reduce(_SUPERSAMPLE, rows).convert("RGBA")
-        packed = np.asarray(small).view("<u4").ravel()  # alpha in the high byte
-        # Only the covered pixels change (a transparent one is black: frame * 1 + 0).
-        covered = np.flatnonzero(packed > 0xFFFFFF)
-        rgba = packed[covered].view(np.uint8).reshape(-1, 4).T.astype(np.float32) / 255.0
-        return box, mask, covered + rows[1] // _SUPERSAMPLE * self.cam.width, rgba
-
-    @staticmethod
-    def _blend(frame: np.ndarray, box, mask, pixels, rgba) -> None:
-        """Darken the shadows and blend in the cuboids (:meth:`_draw`'s) in ``frame`` (3, H, W)."""
         if box is not None:
             x0, y0, x1, y1 = box
+            mask = np.asarray(shadow.crop(box), np.float32) * (0.42 / 255.0)
             frame[:, y0:y1, x0:x1] *= 1.0 - mask
-        if pixels is not None:
+        self._drawn = (box, _redraw(overlay, drawn[1], faces, _SUPERSAMPLE))
+        if self._drawn[1] is not None:
+            # Whole rows of the box (the canvas is clear outside it), so a pixel's index is its index in the frame.
+            rows = (0, self._drawn[1][1], overlay.width, self._drawn[1][3])
+            small = overlay.reduce(_SUPERSAMPLE, rows).convert("RGBA")
+            packed = np.asarray(small).view("<u4").ravel()  # alpha in the high byte
+            # Only the covered pixels change (a transparent one is black: frame * 1 + 0).
+            covered = np.flatnonzero(packed > 0xFFFFFF)
+            rgba = packed[covered].view(np.uint8).reshape(-1, 4).T.astype(np.float32) / 255.0
+            pixels = covered + rows[1] // _SUPERSAMPLE * frame.shape[2]
             alpha = 1.0 - rgba[3]
             for channel, plane in enumerate(frame.reshape(3, -1)):
                 blended = plane.take(pixels)
@@ -262,19 +335,19 @@ class Renderer:
         forward = w2o[2]
         # Static actors surely out of reach (a margin of 1 m over the exact test below) are skipped at once.
         rel_xy = self.static_xy - position[:2]
-        maybe = (np.hypot(rel_xy[:, 0], rel_xy[:, 1]) <= FAR_M + 21.0) & (rel_xy @ forward[:2] >= -26.0)
+        maybe = (np.hypot(rel_xy[:, 0], rel_xy[:, 1]) <= _FAR_M + 21.0) & (rel_xy @ forward[:2] >= -26.0)
         visible = []
         for index, actor in enumerate(self.sc.actors):
             if actor.static_xy is not None:
                 if not maybe[index]:
                     continue
                 rel = np.array([actor.static_xy[0] - position[0], actor.static_xy[1] - position[1], 0.0])
-                if np.hypot(rel[0], rel[1]) > FAR_M + 20.0 or forward @ rel < -25.0:
+                if np.hypot(rel[0], rel[1]) > _FAR_M + 20.0 or forward @ rel < -25.0:
                     continue
             ax, ay, ayaw = actor.pose(t)
             rel = np.array([ax - position[0], ay - position[1], 0.0])
             dist = float(np.hypot(rel[0], rel[1]))
-            if dist > FAR_M or forward @ rel < -25.0:
+            if dist > _FAR_M or forward @ rel < -25.0:
                 continue
             visible.append((dist, index, (ax, ay, ayaw), actor))
         visible.sort(key=lambda item: -item[0])
@@ -286,8 +359,8 @@ class Renderer:
             poly = self._project(shadow, position, w2o, 1.0)
             if poly is not None and len(poly) >= 3:
                 shadows.append(poly)
-            haze = 1.0 - math.exp(-dist / HAZE_M)
-            haze_rgb = (HAZE_COLOUR * haze).tolist()
+            haze = 1.0 - math.exp(-dist / _HAZE_M)
+            haze_rgb = (_HAZE * haze).tolist()
             for normal, face_centre, shade, quads in parts:
                 if normal @ (position - face_centre) <= 0:
                     continue
