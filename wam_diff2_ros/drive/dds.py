@@ -4,7 +4,9 @@ planner node's ``~/output/trajectory`` (base_link, valid or not).
 
 Lock-step on simulated time: the planner node runs with ``use_sim_time`` and ``planning.rate_hz: 0`` (a plan on
 each new front image when it is free). Where the in-process loop would plan (an image at t with the model free),
-the simulator stops the clock and waits (wall time, at most ``wait_s``) for the node's trajectory stamped t; the
+the simulator stops the clock and waits (wall time, at most ``wait_s``; the image is sent again, same stamp, every
+``resend_s`` without an answer, so a node that could not assemble an observation for it tries again) for the node's
+trajectory stamped t; the
 plan then takes effect at t + ``--latency-ms`` as in-process. Plans of other images are not used (the in-process
 model is busy then). Everything else — world, renderer, controller, score, outputs — is the in-process code.
 
@@ -48,7 +50,14 @@ PLANNER_TRAJECTORY = "/wam_diff2/output/trajectory"
 class DdsEpisode(Episode):
     """:class:`Episode` with the planner node over DDS (see the module docstring)."""
 
-    def __init__(self, *args: Any, planner_topic: str = PLANNER_TRAJECTORY, wait_s: float = 120.0, **kwargs: Any):
+    def __init__(
+        self,
+        *args: Any,
+        planner_topic: str = PLANNER_TRAJECTORY,
+        wait_s: float = 120.0,
+        resend_s: float = 5.0,
+        **kwargs: Any,
+    ):
         super().__init__(*args, **kwargs)
         import rclpy
         from rclpy.executors import SingleThreadedExecutor
@@ -76,7 +85,9 @@ class DdsEpisode(Episode):
         self.node.create_subscription(msgs.PlannedTrajectory, planner_topic, self._on_trajectory, reliable)
         self.planner_topic = planner_topic
         self.wait_s = wait_s
+        self.resend_s = resend_s
         self.last_image_ns: int | None = None
+        self.last_camera: dict[str, Any] = {}  # the newest image and camera info messages, for a resend
         self.planned: set[int] = set()
 
     def _on_trajectory(self, msg: Any) -> None:
@@ -112,6 +123,8 @@ class DdsEpisode(Episode):
         publisher = self.publishers.get(role)
         if publisher is not None:
             publisher.publish(msg)
+        if role in ("image", "camera_info"):
+            self.last_camera[role] = msg
         if role == "image":
             self.last_image_ns = stamp_ns
         if self.recorder is not None and BAG_TOPICS.get(role):
@@ -123,9 +136,12 @@ class DdsEpisode(Episode):
         if stamp is None or stamp in self.planned:
             return
         self.planned.add(stamp)
-        started = time.monotonic()
+        started = resent = time.monotonic()
         while stamp not in self.trajectories and time.monotonic() - started < self.wait_s:
             self.executor.spin_once(timeout_sec=0.05)
+            if time.monotonic() - resent >= self.resend_s:
+                self._resend_camera(stamp, first=resent == started)
+                resent = time.monotonic()
         msg = self.trajectories.get(stamp)
         wall_ns = round((time.monotonic() - started) * 1e9)
         latency_ns = round(self.options.latency_ms * 1e6) if self.options.latency_ms is not None else wall_ns
@@ -149,6 +165,16 @@ class DdsEpisode(Episode):
         )
         if self.recorder is not None:
             self.recorder.output("trajectory", msg, now_ns + latency_ns)
+
+    def _resend_camera(self, stamp_ns: int, first: bool) -> None:
+        """Publish the image the simulator waits on (and its camera info) again, same stamp: a node that found no
+        observation for it (its odometry had not arrived yet) plans on it again; one that already did is idle."""
+        if first:
+            self.log(f"note: no trajectory yet for the image at t={self._t(stamp_ns):.2f} s; sending it again")
+        for role in ("camera_info", "image"):
+            msg, publisher = self.last_camera.get(role), self.publishers.get(role)
+            if msg is not None and publisher is not None:
+                publisher.publish(msg)
 
     def close(self) -> None:
         self.executor.remove_node(self.node)
