@@ -4,11 +4,11 @@ planner node's ``~/output/trajectory`` (base_link, valid or not).
 
 Lock-step on simulated time: the planner node runs with ``use_sim_time`` and ``planning.rate_hz: 0`` (a plan on
 each new front image when it is free). Where the in-process loop would plan (an image at t with the model free),
-the simulator stops the clock and waits (wall time, at most ``wait_s``; the image is sent again, same stamp, every
-``resend_s`` without an answer, so a node that could not assemble an observation for it tries again) for the node's
-trajectory stamped t; the
-plan then takes effect at t + ``--latency-ms`` as in-process. Plans of other images are not used (the in-process
-model is busy then). Everything else — world, renderer, controller, score, outputs — is the in-process code.
+the simulator stops the clock and waits (wall time, at most ``wait_s``) for the node's trajectory stamped t; the
+plan then takes effect at t + ``--latency-ms`` as in-process. Every ``resend_s`` without an answer the image goes
+out again with its stamp, so a node that could not assemble an observation for it tries again. Plans of other
+images are not used (the in-process model is busy then). Everything else — world, renderer, controller, score,
+outputs — is the in-process code.
 
 Start: the pre-roll's odometry, acceleration and command (:data:`~wam_diff2_ros.drive.episode.PRE_ROLL_TICKS`)
 go out with the clock before t=0, then the clock holds for half a second of wall time, so the first image finds
