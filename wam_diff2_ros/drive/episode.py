@@ -175,8 +175,7 @@ class Episode:
             yaw_rate = self.vehicle.yaw_rate()
             self.poses.append((t, state.x, state.y, state.yaw))
             near_s = self.samples[-1]["s"] if self.samples else 0.0
-            self._feed("odometry", messages.odometry(now_ns, state, yaw_rate), now_ns, "/odom")
-            self._feed("acceleration", messages.acceleration(now_ns, state, yaw_rate), now_ns, "/imu/acceleration")
+            self._feed_motion(now_ns, state, yaw_rate)
             if k % COMMAND_EVERY == 0:
                 s, _ = self.world.frenet(state.x, state.y, near_s)
                 text = self.world.command(float(s[0]), state.v)
@@ -223,6 +222,11 @@ class Episode:
     def _tick(self, now_ns: int) -> None:
         """Each step's start (the DDS mode publishes /clock here)."""
 
+    def _feed_motion(self, stamp_ns: int, state: VehicleState, yaw_rate: float) -> None:
+        """The ego's odometry and acceleration at ``stamp_ns``."""
+        self._feed("odometry", messages.odometry(stamp_ns, state, yaw_rate), stamp_ns, "/odom")
+        self._feed("acceleration", messages.acceleration(stamp_ns, state, yaw_rate), stamp_ns, "/imu/acceleration")
+
     def _pre_roll(self) -> None:
         """The odometry and acceleration of the start state driven back in time along its heading at its speed, and
         the route's command, for :data:`PRE_ROLL_TICKS` ticks before t=0 (nothing is rendered or scored)."""
@@ -239,8 +243,7 @@ class Episode:
                 state.yaw,
                 state.v,
             )
-            self._feed("odometry", messages.odometry(stamp_ns, past, 0.0), stamp_ns, "/odom")
-            self._feed("acceleration", messages.acceleration(stamp_ns, past, 0.0), stamp_ns, "/imu/acceleration")
+            self._feed_motion(stamp_ns, past, 0.0)
             if k == -PRE_ROLL_TICKS:
                 self._feed("command", messages.command(command), stamp_ns, "/navigation/command")
         self._settle()
