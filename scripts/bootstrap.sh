@@ -69,12 +69,33 @@ log "installing $TORCH_SPEC"
 log "installing the package ($EXTRAS ${EXTRA_SPECS[*]})"
 "${PIP[@]}" install -e "$EXTRAS" "${EXTRA_SPECS[@]}"
 log "building the fast engine's CPU kernels (core/engine/cpu_kernels.cpp; once per environment, kept in $VENV)"
-"$VENV/bin/python" -c 'from wam_diff2_ros.core.engine.cpu_kernels import ISA_RANK, build_directory, kernel_isa, kernel_loads, load_kernel
-# this CPU'"'"'s variant, and the AVX2 one on an AVX-512 CPU too (the tests check both; WAM_DIFF2_CPU_KERNEL_ISA=AVX2)
+# This CPU's variant, and the AVX2 one on an AVX-512 CPU too (the tests check both; WAM_DIFF2_CPU_KERNEL_ISA=AVX2).
+# A build is named by the source, the flags, the torch build and the Python ABI (cpu_kernels.build_key), so a
+# finished build of the same name in the other environment is the same file: it is copied instead of compiled.
+# The variants left to compile are compiled at once, one process each.
+OTHER_VENV=.venv-tf457
+[ "$VENV" = .venv-tf457 ] && OTHER_VENV=.venv
+mapfile -t KERNEL_ISAS < <("$VENV/bin/python" -c 'from wam_diff2_ros.core.engine.cpu_kernels import ISA_RANK, kernel_isa
 for isa in dict.fromkeys([kernel_isa(), *(["AVX2"] if ISA_RANK.get(kernel_isa(), 0) > ISA_RANK["AVX2"] else [])]):
-    ready = load_kernel(isa) is not None
-    print("[bootstrap] CPU kernels", isa, kernel_loads().get(isa, "?"), build_directory(isa) if ready else
-          "(the fast engine runs the stock layers)")'
+    print(isa)')
+build_kernel() {  # build_kernel ISA: copy the other environment's finished build of the same name, else compile
+  "$VENV/bin/python" - "$1" "$OTHER_VENV" <<'PY'
+import os, shutil, sys
+from wam_diff2_ros.core.engine import cpu_kernels as k
+isa, other = sys.argv[1], sys.argv[2]
+mine = k.build_directory(isa)
+theirs = os.path.join(other, "var", "cache", "wam_diff2_ros", k.module_name(isa))
+if not os.path.exists(os.path.join(mine, k.READY)) and os.path.exists(os.path.join(theirs, k.READY)):
+    shutil.copytree(theirs, mine, dirs_exist_ok=True)
+    print("[bootstrap] CPU kernels", isa, "copied from", theirs)
+ready = k.load_kernel(isa) is not None
+print("[bootstrap] CPU kernels", isa, k.kernel_loads().get(isa, "?"), mine if ready else
+      "(the fast engine runs the stock layers)")
+PY
+}
+KERNEL_JOBS=()
+for isa in "${KERNEL_ISAS[@]}"; do build_kernel "$isa" & KERNEL_JOBS+=($!); done
+for job in "${KERNEL_JOBS[@]}"; do wait "$job"; done  # one failing (not a failed build: that is logged) stops here
 if [ "$MODE" = main ]; then
   log "building the package's ROS 2 messages"
   "$VENV/bin/wam-diff2-build-interfaces"
