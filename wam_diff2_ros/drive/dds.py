@@ -4,11 +4,12 @@ planner node's ``~/output/trajectory`` (base_link, valid or not).
 
 Lock-step on simulated time: the planner node runs with ``use_sim_time`` and ``planning.rate_hz: 0`` (a plan on
 each new front image when it is free). Where the in-process loop would plan (an image at t with the model free),
-the simulator stops the clock and waits (wall time, at most ``wait_s``) for the node's trajectory stamped t; the
-plan then takes effect at t + ``--latency-ms`` as in-process. Every ``resend_s`` without an answer the image goes
-out again with its stamp, so a node that could not assemble an observation for it tries again. Plans of other
-images are not used (the in-process model is busy then). Everything else — world, renderer, controller, score,
-outputs — is the in-process code.
+the simulator stops the clock and waits (wall time, at most ``dds_wait_s``) for the node's trajectory stamped t;
+the plan then takes effect at t + ``--latency-ms`` as in-process. Every ``dds_resend_s`` without an answer the
+image goes out again with its stamp, so a node that could not assemble an observation for it tries again (both
+times in :class:`~wam_diff2_ros.drive.episode.EpisodeOptions`). Plans of other images are not used (the
+in-process model is busy then). Everything else — world, renderer, controller, score, outputs — is the in-process
+code.
 
 Start: the pre-roll's odometry, acceleration and command (:data:`~wam_diff2_ros.drive.episode.PRE_ROLL_TICKS`)
 go out with the clock before t=0, then the clock holds for half a second of wall time, so the first image finds
@@ -54,8 +55,6 @@ class DdsEpisode(Episode):
         self,
         *args: Any,
         planner_topic: str = PLANNER_TRAJECTORY,
-        wait_s: float = 120.0,
-        resend_s: float = 5.0,
         **kwargs: Any,
     ):
         super().__init__(*args, **kwargs)
@@ -84,8 +83,8 @@ class DdsEpisode(Episode):
         self.trajectories: dict[int, Any] = {}
         self.node.create_subscription(msgs.PlannedTrajectory, planner_topic, self._on_trajectory, reliable)
         self.planner_topic = planner_topic
-        self.wait_s = wait_s
-        self.resend_s = resend_s
+        self.wait_s = self.options.dds_wait_s
+        self.resend_s = self.options.dds_resend_s
         self.last_image_ns: int | None = None
         self.last_camera: dict[str, Any] = {}  # the newest image and camera info messages, for a resend
         self.planned: set[int] = set()

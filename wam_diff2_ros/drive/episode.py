@@ -66,6 +66,7 @@ class EpisodeOptions:
     start_ns: int = DEFAULT_START_NS
     dds: bool = False  # the planner node over DDS (drive/dds.py) instead of the runtime in this process
     dds_wait_s: float = 120.0  # DDS: how long to wait for the planner node (start, each plan)
+    dds_resend_s: float = 5.0  # DDS: wall seconds without a trajectory before the awaited image goes out again
 
 
 @dataclass

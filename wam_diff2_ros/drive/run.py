@@ -70,7 +70,7 @@ def run_episode(
     if options.dds:
         from wam_diff2_ros.drive.dds import DdsEpisode
 
-        episode: Episode = DdsEpisode(spec, config, None, options, log, world, wait_s=options.dds_wait_s)
+        episode: Episode = DdsEpisode(spec, config, None, options, log, world)
         if not episode.wait_for_planner(options.dds_wait_s):
             episode.close()
             raise DriveUsageError(f"no planner node on the sensor topics within {options.dds_wait_s:g} s")
