@@ -233,8 +233,9 @@ def ros(ros_context: Any) -> Iterator[RosHarness]:
     try:
         yield harness
     finally:
-        executor.shutdown(timeout_sec=5.0)
-        thread.join(timeout=5.0)
+        # generous: returns as soon as the spin ends; a loaded 2-core machine can take seconds for a callback
+        executor.shutdown(timeout_sec=30.0)
+        thread.join(timeout=30.0)
         for extra in harness.extra_nodes:
             extra.destroy_node()
         node.destroy_node()

@@ -388,8 +388,8 @@ class Harness:
 
     def close(self) -> None:
         """Shut everything down."""
-        self.executor.shutdown(timeout_sec=5.0)
-        self._thread.join(5.0)
+        self.executor.shutdown(timeout_sec=30.0)  # returns as soon as the spin ends
+        self._thread.join(30.0)
         self.node.destroy_node()
         self.context.try_shutdown()
 
