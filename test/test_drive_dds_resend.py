@@ -29,7 +29,8 @@ def test_an_image_the_planner_missed_is_sent_again(tmp_path: Path) -> None:
     msgs, problem = own_messages()
     if msgs is None:
         pytest.skip(f"the package's messages are not built: {problem}")
-    if not rclpy.ok():
+    initialised_here = not rclpy.ok()  # the episode uses rclpy's default context, as the console script does
+    if initialised_here:
         rclpy.init()
     reliable = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
     planner = rclpy.create_node("forgetful_planner")
@@ -71,8 +72,11 @@ def test_an_image_the_planner_missed_is_sent_again(tmp_path: Path) -> None:
         model_dir.mkdir()
         run_episode(spec, options, node_config(str(model_dir), overrides={"planning.rate_hz": 0.0}), None, lines.append)
     finally:
-        executor.shutdown()
+        executor.shutdown(timeout_sec=30.0)
+        spinning.join(timeout=30.0)
         planner.destroy_node()
+        if initialised_here:
+            rclpy.try_shutdown()
 
     score = json.loads((tmp_path / "dds" / "score.json").read_text())
     plans = score["plans"]
