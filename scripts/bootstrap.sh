@@ -83,11 +83,12 @@ build_kernel() {  # build_kernel ISA: copy the other environment's finished buil
 import os, shutil, sys
 from wam_diff2_ros.core.engine import cpu_kernels as k
 isa, other = sys.argv[1], sys.argv[2]
-mine = k.build_directory(isa)
-theirs = os.path.join(other, "var", "cache", "wam_diff2_ros", k.module_name(isa))
-if not os.path.exists(os.path.join(mine, k.READY)) and os.path.exists(os.path.join(theirs, k.READY)):
-    shutil.copytree(theirs, mine, dirs_exist_ok=True)
-    print("[bootstrap] CPU kernels", isa, "copied from", theirs)
+mine = k.build_directory(isa) if k.kernel_flags(isa) is not None else None  # None: no variant for this CPU
+if mine is not None and not os.path.exists(os.path.join(mine, k.READY)):
+    theirs = os.path.join(other, "var", "cache", "wam_diff2_ros", k.module_name(isa))
+    if os.path.exists(os.path.join(theirs, k.READY)):
+        shutil.copytree(theirs, mine, dirs_exist_ok=True)
+        print("[bootstrap] CPU kernels", isa, "copied from", theirs)
 ready = k.load_kernel(isa) is not None
 print("[bootstrap] CPU kernels", isa, k.kernel_loads().get(isa, "?"), mine if ready else
       "(the fast engine runs the stock layers)")
