@@ -83,8 +83,6 @@ class DdsEpisode(Episode):
         self.trajectories: dict[int, Any] = {}
         self.node.create_subscription(msgs.PlannedTrajectory, planner_topic, self._on_trajectory, reliable)
         self.planner_topic = planner_topic
-        self.wait_s = self.options.dds_wait_s
-        self.resend_s = self.options.dds_resend_s
         self.last_image_ns: int | None = None
         self.last_camera: dict[str, Any] = {}  # the newest image and camera info messages, for a resend
         self.planned: set[int] = set()
@@ -136,9 +134,9 @@ class DdsEpisode(Episode):
             return
         self.planned.add(stamp)
         started = resent = time.monotonic()
-        while stamp not in self.trajectories and time.monotonic() - started < self.wait_s:
+        while stamp not in self.trajectories and time.monotonic() - started < self.options.dds_wait_s:
             self.executor.spin_once(timeout_sec=0.05)
-            if time.monotonic() - resent >= self.resend_s:
+            if time.monotonic() - resent >= self.options.dds_resend_s:
                 self._resend_camera(stamp, first=resent == started)
                 resent = time.monotonic()
         msg = self.trajectories.get(stamp)
@@ -147,7 +145,8 @@ class DdsEpisode(Episode):
         self.busy_until_ns = now_ns + latency_ns
         if msg is None:
             self.log(f"warning: no trajectory from the planner for the image at t={self._t(stamp):.2f} s")
-            self._accept(now_ns, latency_ns, stamp, False, f"no plan from the node within {self.wait_s:g} s", "", [])
+            reason = f"no plan from the node within {self.options.dds_wait_s:g} s"
+            self._accept(now_ns, latency_ns, stamp, False, reason, "", [])
             return
         waypoints = [
             (p.time_from_start.sec + p.time_from_start.nanosec / 1e9, p.pose.position.x, p.pose.position.y)
