@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import shutil
 import threading
 import time
@@ -231,9 +230,7 @@ def test_ground_truth_follows_command_and_speed():
         assert parsed.valid, sample.answer
         assert np.allclose([[w.x, w.y] for w in parsed.waypoints], sample.waypoints)
         assert 0.0 <= sample.speed <= train_demo.MAX_SPEED + 1e-9
-        numbers = sample.answer.split(",")
-        assert all(re.fullmatch(r"\d\d\.\d\d", x) for x in numbers[0::2]), sample.answer  # x: fixed width
-        assert all(re.fullmatch(r"[+-]\d\d\.\d\d", y) and y != "-00.00" for y in numbers[1::2]), sample.answer
+        assert "-0.00" not in sample.answer.split(",")
         assert sample.prompt == build_planning_prompt(sample.command, sample.velocity, sample.acceleration)
     final_y = {
         c: np.mean([s.waypoints[-1][1] for s in samples if s.command == c]) for c in ("left", "right", "straight")
@@ -242,27 +239,6 @@ def test_ground_truth_follows_command_and_speed():
     slow = [train_demo.path_length(np.array(s.waypoints)) for s in samples if s.speed < 5]
     fast = [train_demo.path_length(np.array(s.waypoints)) for s in samples if s.speed > 15]
     assert np.median(fast) > 3 * np.median(slow)
-
-
-def test_answers_are_fixed_width_and_read_back_exactly(engine):
-    """Every answer is the same 95 tokens in the same places (three blocks with the EOS), and parses back to its
-    waypoints; a waypoint the width cannot hold is refused, not written wider."""
-    rng = np.random.default_rng(11)
-    layouts = set()
-    for _ in range(40):
-        points = np.stack([rng.uniform(0.0, 99.99, 8), rng.uniform(-99.99, 99.99, 8)], axis=1)
-        answer = train_demo.format_answer(points)
-        ids = engine.processor.tokenizer(answer)["input_ids"]
-        layouts.add(tuple(engine.processor.tokenizer.decode([i]) in (",", ",+", ",-") for i in ids))
-        parsed = parse_waypoints(answer, check_kinematics=False)
-        assert np.allclose(parsed.numbers, np.round(points, 2).reshape(-1), atol=1e-9)
-        assert len(train_demo.response_token_ids(engine.processor, answer)) == 96
-    assert len(layouts) == 1 and len(next(iter(layouts))) == 95  # separators always at the same positions
-    assert train_demo.format_answer(np.array([[0.004, -0.001]] * 8)).startswith("00.00,+00.00,")
-    for bad in ([-0.5, 0.0], [100.0, 0.0], [5.0, -100.0]):
-        assert not train_demo.answer_fits(np.array([bad] * 8))
-        with pytest.raises(ValueError, match="width"):
-            train_demo.format_answer(np.array([bad] * 8))
 
 
 def test_kinematics_stop_and_turn_geometry():

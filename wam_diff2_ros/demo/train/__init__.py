@@ -75,7 +75,6 @@ from wam_diff2_ros.demo.train.config import (
 from wam_diff2_ros.demo.train.data import (
     DrivingSample,
     ImagePool,
-    answer_fits,
     format_answer,
     make_samples,
     path_points,
@@ -131,7 +130,6 @@ __all__ = [
     "TrainSettings",
     "TrainingBatch",
     "TrainingExample",
-    "answer_fits",
     "behaviour_sweeps",
     "build_batch",
     "build_training_model",

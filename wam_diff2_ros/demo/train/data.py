@@ -41,7 +41,7 @@ class DrivingSample:
 
     @property
     def answer(self) -> str:
-        """The answer text: 16 comma-separated fixed-width numbers with two decimals (:func:`format_answer`)."""
+        """The answer text: 16 comma-separated numbers with two decimals."""
         return format_answer(np.asarray(self.waypoints))
 
     @property
@@ -50,35 +50,9 @@ class DrivingSample:
         return math.hypot(*self.velocity)
 
 
-ANSWER_LIMIT_M = 100.0  # |coordinate| the fixed-width answer can write (two integer digits)
-
-
 def format_answer(waypoints: np.ndarray) -> str:
-    """``x1,y1,...,x8,y8`` in fixed width: x as ``dd.dd`` (``05.23``), y signed as ``+dd.dd`` (``-00.35``).
-
-    Every number has the same tokens in the same places (95 tokens: three blocks with the EOS), so each position
-    of the answer holds the same digit of the same waypoint whatever the values: a diffusion decoder fills every
-    position at once, and with free-width numbers which digit a position holds would depend on every number
-    before it. The parser reads these as plain decimals. Raises ``ValueError`` for a waypoint the width cannot
-    hold (x < 0 or >= 100 m, |y| >= 100 m after rounding to centimetres): see :func:`answer_fits`.
-    """
-    parts = []
-    for x, y in np.asarray(waypoints, dtype=float).reshape(-1, 2):
-        x_text, y_text = format_number(float(x)), format_number(float(y))
-        if x_text.startswith("-") or abs(float(x_text)) >= ANSWER_LIMIT_M or abs(float(y_text)) >= ANSWER_LIMIT_M:
-            raise ValueError(f"waypoint ({x_text}, {y_text}) does not fit the answer's width (0 <= x, |y| < 100 m)")
-        parts.append(f"{float(x_text):05.2f}")
-        parts.append(f"{float(y_text):+06.2f}".replace("-00.00", "+00.00"))
-    return ",".join(parts)
-
-
-def answer_fits(waypoints: Sequence[Sequence[float]]) -> bool:
-    """Whether :func:`format_answer` can write these waypoints."""
-    try:
-        format_answer(np.asarray(waypoints, dtype=float))
-    except ValueError:
-        return False
-    return True
+    """``x1,y1,...,x8,y8`` with two decimals, ``-0.00`` written ``0.00`` (the training data's format)."""
+    return ",".join(format_number(float(v)) for v in np.asarray(waypoints, dtype=float).reshape(-1))
 
 
 def travelled_distance(v0: float, accel: float, t: np.ndarray, v_cap: float = SPEED_CAP) -> np.ndarray:
@@ -173,7 +147,7 @@ def make_samples(count: int, seed: int, image_choices: dict[str, Sequence[int]])
     samples = []
     while len(samples) < count:
         sample = sample_driving_sample(rng, image_choices)
-        if answer_fits(sample.waypoints) and parse_waypoints(sample.answer).valid:
+        if parse_waypoints(sample.answer).valid:
             samples.append(sample)
     return samples
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from wam_diff2_ros.core.prompts import format_number
 from wam_diff2_ros.demo.train.config import DRIVE_SECONDS, IMAGE_SIZES, NUM_WAYPOINTS, WAYPOINT_DT
-from wam_diff2_ros.demo.train.data import DrivingSample, ImagePool, answer_fits
+from wam_diff2_ros.demo.train.data import DrivingSample, ImagePool
 
 if TYPE_CHECKING:
     from wam_diff2_ros.sim import DriveTrack
@@ -81,8 +81,6 @@ def drive_samples(
             accel = [float(np.interp(stamp_ns, stamps, a)) for a in (track.accel_x, track.accel_y)]
             command = track.command_at(stamp_ns)
             future = future_in_ego_frame(track, stamp_ns)
-            if not answer_fits(future):  # an answer the fixed width cannot write (x < 0 at a standstill)
-                continue
             for mirrored in (False, True):
                 sign = -1.0 if mirrored else 1.0
                 name = MIRRORED_COMMAND[command] if mirrored else command

@@ -22,7 +22,7 @@ import numpy as np
 from wam_diff2_ros.core.parsing import parse_waypoints
 from wam_diff2_ros.core.prompts import format_number
 from wam_diff2_ros.demo.train.config import DRIVE_SECONDS, IMAGE_SIZES, NUM_WAYPOINTS, WAYPOINT_DT
-from wam_diff2_ros.demo.train.data import DrivingSample, ImagePool, answer_fits, format_answer, travelled_distance
+from wam_diff2_ros.demo.train.data import DrivingSample, ImagePool, travelled_distance
 from wam_diff2_ros.demo.train.drives import MIRRORED_COMMAND
 from wam_diff2_ros.sim.render import Renderer
 from wam_diff2_ros.sim.road import COMMAND_LEAD_S
@@ -122,9 +122,8 @@ def speed_samples(
             waypoints = tuple(
                 (float(format_number(float(x))), float(format_number(float(y)))) for x, y in instant["future"]
             )
-            if not answer_fits(waypoints):
-                continue
-            if not parse_waypoints(format_answer(np.asarray(waypoints)), current_speed_mps=instant["speed"]).valid:
+            answer = ",".join(format_number(v) for point in waypoints for v in point)
+            if not parse_waypoints(answer, current_speed_mps=instant["speed"]).valid:
                 continue
             size = sizes[(d + kept) % len(sizes)]
             renderer = renderers.get(size) or renderers.setdefault(size, PoseRenderer(sc, *size))

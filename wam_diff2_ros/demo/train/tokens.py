@@ -17,7 +17,6 @@ from wam_diff2_ros.demo.tiny import (
     write_tokenizer_files,
 )
 from wam_diff2_ros.demo.train.config import BLOCK_SIZE, COMMANDS, DEMO_PREPROCESSOR_OVERRIDES, EOS_ID, SPECIAL_IDS
-from wam_diff2_ros.demo.train.data import format_answer
 
 
 def demo_processor(work_dir: Path) -> WamDiff2Processor:
@@ -63,6 +62,4 @@ def vocabulary(token_lists: Sequence[Sequence[int]], processor: WamDiff2Processo
                 prompt = build_planning_prompt(command, velocity, velocity[::-1], template=template)
                 ids.update(prompt_token_ids(processor, prompt, 1))
     ids.update(processor.tokenizer(",".join(f"{v:.2f}" for v in np.linspace(-99.99, 99.99, 37)))["input_ids"])
-    xs, ys = np.linspace(0.0, 99.99, 37), np.linspace(-99.99, 99.99, 37)
-    ids.update(processor.tokenizer(format_answer(np.stack([xs, ys], axis=1)))["input_ids"])
     return sorted(ids)
