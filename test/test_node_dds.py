@@ -281,11 +281,14 @@ def test_engine_failure_is_reported_and_the_worker_continues(node, feed, topics,
 def test_fixed_frame_path_is_the_plan_transformed_by_the_ego_pose(node, feeder, feed, topics, harness) -> None:
     sent = len(feeder.sent_odometry_stamps)
     feed.pose = (10.0, 5.0, math.pi / 2)  # the ego at (10 m, 5 m), yaw 90° in odom
-    # the second odometry sent from now on carries the new pose; a plan on an image after the third has two odometry
-    # samples with the new pose before it (interpolated or extrapolated, only new poses count)
+    # the second odometry sent from now on carries the new pose; a plan on an image stamped after the third has two
+    # odometry samples with the new pose before it (interpolated or extrapolated, only new poses count) once the node
+    # has them. Odometry and images are separate topics with no order between them: on a loaded machine the node can
+    # take an image before odometry sent earlier, and place it by the old pose. So the plan checked is on an image
+    # stamped 1 s later (50 odometry samples with the new pose sent before it).
     assert wait_until(lambda: len(feeder.sent_odometry_stamps) >= sent + 3)
-    start = feeder.sent_odometry_stamps[sent + 2]
-    fixed = topics["path_fixed"].wait_for(newer_than(start), 10)
+    start = feeder.sent_odometry_stamps[sent + 2] + 1_000_000_000
+    fixed = topics["path_fixed"].wait_for(newer_than(start), 15)
     assert fixed is not None, node.output()
     stamp = stamp_to_ns(fixed.header.stamp)
     base = topics["path"].wait_for(lambda p: stamp_to_ns(p.header.stamp) == stamp, 5)
