@@ -42,6 +42,7 @@ from sensor_msgs.msg import Image
 from std_msgs.msg import String
 from visualization_msgs.msg import MarkerArray
 
+from wam_diff2_ros.core.units import NS_PER_S
 from wam_diff2_ros.ros.conversions import stamp_to_ns
 from wam_diff2_ros.ros.outputs import own_messages
 
@@ -287,7 +288,7 @@ def test_fixed_frame_path_is_the_plan_transformed_by_the_ego_pose(node, feeder, 
     # take an image before odometry sent earlier, and place it by the old pose. So the plan checked is on an image
     # stamped 1 s later (50 odometry samples with the new pose sent before it).
     assert wait_until(lambda: len(feeder.sent_odometry_stamps) >= sent + 3)
-    start = feeder.sent_odometry_stamps[sent + 2] + 1_000_000_000
+    start = feeder.sent_odometry_stamps[sent + 2] + NS_PER_S
     fixed = topics["path_fixed"].wait_for(newer_than(start), 15)
     assert fixed is not None, node.output()
     stamp = stamp_to_ns(fixed.header.stamp)
