@@ -20,6 +20,10 @@ PROG = "wam-diff2-train-demo"
 def print_report(metrics: dict[str, Any]) -> None:
     """Print the measured quality (what README quotes)."""
     q = metrics["held_out"]
+    if q is None:  # --final-eval validation
+        print_held_out(metrics)
+        log(f"training {metrics['training_wall_s']:.0f} s, total {metrics['total_wall_s']:.0f} s")
+        return
     log("held-out quality (real decoder, block 32, dynamic 0.9, 32 steps, CPU float32):")
     log(f"  valid-answer rate {q['valid_rate']:.3f} on {q['samples']} samples")
     log(
@@ -64,6 +68,8 @@ def print_report(metrics: dict[str, Any]) -> None:
 def print_held_out(metrics: dict[str, Any]) -> None:
     """The gate's pass rate and ADE per speed band on the validation and test drives, and the confidence ranking."""
     for key in ("validation_speeds", "test_speeds", "held_out_drives"):
+        if key not in metrics:
+            continue
         entry = metrics[key]
         ranking = entry.get("confidence") or {}
         log(
@@ -177,10 +183,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=None,
         help="continue training the demo files in this folder (e.g. a copy of the shipped weights)",
     )
+    parser.add_argument(
+        "--digit-weights",
+        default=",".join(f"{w:g}" for w in defaults.digit_weights),
+        help="loss weights of the answers' digits before the decimal point, first and second after it, e.g. "
+        "'2,1,0.5' (default: all 1, the plain mean)",
+    )
+    parser.add_argument(
+        "--final-eval",
+        choices=("full", "validation"),
+        default=defaults.final_eval,
+        help="after training, measure every held-out set and the sweeps ('full') or the validation drives only "
+        "(for a stage that another continues)",
+    )
     parser.add_argument("--text-hidden", type=int, default=defaults.sizes.text_hidden)
     parser.add_argument("--text-layers", type=int, default=defaults.sizes.text_layers)
     args = parser.parse_args(argv)
+    try:
+        digit_weights = tuple(float(w) for w in args.digit_weights.split(","))
+    except ValueError:
+        digit_weights = ()
     checks = [
+        (
+            len(digit_weights) == 3 and all(w > 0 for w in digit_weights),
+            "--digit-weights must be three positive numbers, e.g. 2,1,0.5",
+        ),
         (args.train_samples >= args.batch_size >= 1, "--train-samples must be >= --batch-size >= 1"),
         (args.epochs >= 1, "--epochs must be >= 1"),
         (args.noisy_copies >= 1, "--noisy-copies must be >= 1"),
@@ -229,6 +256,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         speed_frames=args.speed_frames,
         speed_drives=args.speed_drives,
         keep_best=args.keep_best,
+        digit_weights=digit_weights,  # type: ignore[arg-type]
+        final_eval=args.final_eval,
         init_from=None if args.init_from is None else str(args.init_from),
         sizes=ModelSizes(text_hidden=args.text_hidden, text_layers=args.text_layers),
     )

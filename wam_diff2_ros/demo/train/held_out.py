@@ -57,7 +57,8 @@ def judge(engine: Any, validation: HeldOut, tests: dict[str, HeldOut]) -> dict[s
     }
     for name, (pool, samples) in tests.items():
         result[name] = {"drives": list(drives[name]), **evaluate(engine, samples, pool.images)}
-    result["held_out_drives"].update(instants_per_drive=HELD_OUT_DRIVE_FRAMES, mirrored=True)
+    if "held_out_drives" in result:
+        result["held_out_drives"].update(instants_per_drive=HELD_OUT_DRIVE_FRAMES, mirrored=True)
     return result
 
 

@@ -45,6 +45,7 @@ from wam_diff2_ros.demo.train.objective import (
     TrainingExample,
     build_batch,
     diffusion_loss,
+    digit_place_weights,
     noise_response,
 )
 from wam_diff2_ros.demo.train.tokens import demo_processor, prompt_token_ids, response_token_ids, vocabulary
@@ -75,6 +76,9 @@ class TrainSettings:
     speed_frames: int = 0  # instants at any speed and pose per drive (demo/train/speeds.py; 0: none)
     speed_drives: int = 60
     keep_best: bool = False  # export the probed weights (the start included) that do best on the validation drives
+    # loss weights of an answer's digits before the decimal point, first and second after it (1, 1, 1: plain mean)
+    digit_weights: tuple[float, float, float] = (1.0, 1.0, 1.0)
+    final_eval: str = "full"  # "full": every held-out set and the sweeps after training; "validation": that set only
     sizes: ModelSizes = field(default_factory=ModelSizes)
 
 
@@ -83,17 +87,26 @@ def log(message: str) -> None:
 
 
 def tokenise(
-    samples: Sequence[DrivingSample], processor: WamDiff2Processor, pixels: Sequence[Any]
+    samples: Sequence[DrivingSample],
+    processor: WamDiff2Processor,
+    pixels: Sequence[Any],
+    digit_weights: Sequence[float] = (1.0, 1.0, 1.0),
 ) -> list[TrainingExample]:
+    """Training examples of `samples`; answers carry per-token loss weights unless `digit_weights` are all 1."""
+    weighted = any(w != 1.0 for w in digit_weights)
     examples = []
     for sample in samples:
         image = pixels[sample.image_index]
+        response = response_token_ids(processor, sample.answer)
         examples.append(
             TrainingExample(
                 prompt_ids=prompt_token_ids(processor, sample.prompt, image.num_tokens),
-                response_ids=response_token_ids(processor, sample.answer),
+                response_ids=response,
                 pixel_values=image.patches,
                 image_grid_thw=image.grid_thw,
+                response_weights=digit_place_weights([processor.tokenizer.decode([t]) for t in response], digit_weights)
+                if weighted
+                else None,
             )
         )
     return examples
@@ -213,8 +226,8 @@ def train(settings: TrainSettings, out_dir: Path, command_line: str) -> dict[str
             *speed_train,
         ]
         held_samples = make_samples(max(settings.eval_samples, 64), HELD_OUT_SEED, held_pool.by_command)
-        train_examples = tokenise(train_samples, processor, train_pixels)
-        held_examples = tokenise(held_samples[:64], processor, held_pixels)
+        train_examples = tokenise(train_samples, processor, train_pixels, settings.digit_weights)
+        held_examples = tokenise(held_samples[:64], processor, held_pixels)  # plain loss: comparable across runs
         vocab_ids = vocabulary([e.prompt_ids + e.response_ids for e in train_examples + held_examples], processor)
         row_of = np.full(FULL_VOCAB_SIZE, -1, dtype=np.int64)
         row_of[np.asarray(vocab_ids)] = np.arange(len(vocab_ids))
@@ -363,12 +376,17 @@ def train(settings: TrainSettings, out_dir: Path, command_line: str) -> dict[str
             "probe_s": round(probe_seconds, 1),
         }
         manifest = export_demo(model, vocab_ids, config, out_dir, training)
-        log(f"evaluating {settings.eval_samples} held-out samples through the engine ...")
         engine = load_engine(out_dir, work / "cache")
-        quality = evaluate(engine, held_samples[: settings.eval_samples], held_pool.images)
-        sweeps = behaviour_sweeps(engine, held_pool)
-        log("evaluating the validation and test drives through the engine ...")
-        judged = judge(engine, (validation_pool, validation), tests)
+        if settings.final_eval == "validation":
+            log("evaluating the validation drives through the engine ...")
+            quality, sweeps = None, None
+            judged = judge(engine, (validation_pool, validation), {})
+        else:
+            log(f"evaluating {settings.eval_samples} held-out samples through the engine ...")
+            quality = evaluate(engine, held_samples[: settings.eval_samples], held_pool.images)
+            sweeps = behaviour_sweeps(engine, held_pool)
+            log("evaluating the validation and test drives through the engine ...")
+            judged = judge(engine, (validation_pool, validation), tests)
         engine.close()
     metrics = {
         "held_out": quality,

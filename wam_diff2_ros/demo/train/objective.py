@@ -29,6 +29,7 @@ class TrainingExample:
     response_ids: list[int]
     pixel_values: torch.Tensor
     image_grid_thw: tuple[int, int, int]
+    response_weights: list[float] | None = None  # loss weight per response token (None: all 1)
 
 
 @dataclass
@@ -45,6 +46,7 @@ class TrainingBatch:
     noisy_masked: torch.Tensor  # [N] bool: the token was replaced by the mask id
     targets: torch.Tensor  # [N] vocabulary row of the clean token
     noise_levels: torch.Tensor = field(default_factory=lambda: torch.zeros(0))  # [N] t of the token's block
+    target_weights: torch.Tensor = field(default_factory=lambda: torch.zeros(0))  # [N] loss weights (empty: all 1)
 
 
 def sequence_mask(prompt_len: int, response_len: int, copies: int, block_size: int = BLOCK_SIZE) -> torch.Tensor:
@@ -91,7 +93,8 @@ def build_batch(
     ids = torch.zeros(batch, total, dtype=torch.long)
     mask = torch.eye(total, dtype=torch.bool).expand(batch, 1, total, total).clone()
     positions = torch.zeros(3, batch, total, dtype=torch.long)
-    noisy_b, noisy_s, noisy_m, targets, levels = [], [], [], [], []
+    noisy_b, noisy_s, noisy_m, targets, levels, weights = [], [], [], [], [], []
+    weighted = any(e.response_weights is not None for e in examples)
     for i, (example, copies) in enumerate(zip(examples, noisy, strict=True)):
         prompt = torch.tensor(example.prompt_ids, dtype=torch.long)[None]
         prompt_len, response_len = prompt.shape[1], len(example.response_ids)
@@ -105,6 +108,7 @@ def build_batch(
         )
         response_pos = torch.arange(prompt_len, prompt_len + response_len) + int(delta[0, 0])
         sequence = list(example.prompt_ids) + list(example.response_ids)
+        token_weights = example.response_weights or [1.0] * response_len
         for c, copy in enumerate(copies):
             if len(copy) != response_len:
                 raise ValueError(f"noisy copy {c} of example {i} has {len(copy)} tokens, the response {response_len}")
@@ -115,6 +119,7 @@ def build_batch(
                 noisy_s.append(start + j)
                 noisy_m.append(token == MASK_ID)
                 targets.append(example.response_ids[j])
+                weights.append(token_weights[j])
                 levels.append(noise_levels[i][c][j // block_size] if noise_levels is not None else 0.0)
         rows = row_of[np.asarray(sequence)]
         if (rows < 0).any():
@@ -137,6 +142,7 @@ def build_batch(
         noisy_masked=torch.tensor(noisy_m, dtype=torch.bool),
         targets=target_rows,
         noise_levels=torch.tensor(levels, dtype=torch.float32),
+        target_weights=torch.tensor(weights, dtype=torch.float32) if weighted else torch.zeros(0),
     )
 
 
@@ -163,9 +169,36 @@ def with_background(logits: torch.Tensor, full_vocab_size: int = FULL_VOCAB_SIZE
 
 
 def diffusion_loss(model: Any, batch: TrainingBatch) -> torch.Tensor:
-    """Mean cross-entropy (full-vocabulary softmax) over the masked noisy positions."""
+    """Mean cross-entropy (full-vocabulary softmax) over the masked noisy positions, weighted by the batch's
+    target weights when it has them (a weighted mean: the weights set shares, not the scale)."""
     logits = with_background(noisy_logits(model, batch, only_masked=True))
-    return torch.nn.functional.cross_entropy(logits, batch.targets[batch.noisy_masked])
+    targets = batch.targets[batch.noisy_masked]
+    if batch.target_weights.numel() == 0:
+        return torch.nn.functional.cross_entropy(logits, targets)
+    weights = batch.target_weights[batch.noisy_masked]
+    per_token = torch.nn.functional.cross_entropy(logits, targets, reduction="none")
+    return (per_token * weights).sum() / weights.sum().clamp(min=1e-12)
+
+
+def digit_place_weights(token_texts: Sequence[str], weights: Sequence[float]) -> list[float]:
+    """Loss weight of each token of an answer, by what it writes: ``weights[0]`` for a digit before a decimal
+    point, ``weights[1]`` / ``weights[2]`` for the first / second digit after it (later digits: the last one),
+    1 for everything else (separators, signs, the point, EOS). Tokens are single characters or other text."""
+    if len(weights) != 3:
+        raise ValueError(f"need 3 digit-place weights (integer, tenths, hundredths), got {len(weights)}")
+    out: list[float] = []
+    after_point: int | None = None  # digits written since the decimal point of the current number
+    for text in token_texts:
+        if text.isdigit() and len(text) == 1:
+            if after_point is None:
+                out.append(float(weights[0]))
+            else:
+                after_point += 1
+                out.append(float(weights[min(after_point, 2)]))
+        else:
+            after_point = 0 if text == "." else None
+            out.append(1.0)
+    return out
 
 
 def noise_response(
