@@ -350,6 +350,42 @@ def test_an_optimisation_step_lowers_the_loss(engine, held_out):
         assert train_demo.diffusion_loss(fresh, batch).item() < before.item() - 0.5
 
 
+def test_digit_weights_weigh_each_place_and_make_a_weighted_mean(engine, held_out):
+    samples, pool = held_out
+    processor = engine.processor
+    answer_ids = train_demo.response_token_ids(processor, "5.23,-10.47,12.3")
+    texts = [processor.tokenizer.decode([t]) for t in answer_ids]
+    weights = train_demo.digit_place_weights(texts, (2.0, 0.5, 0.25))
+    by_text = list(zip(texts, weights, strict=True))
+    assert [w for t, w in by_text if t.isdigit()] == [2.0, 0.5, 0.25, 2.0, 2.0, 0.5, 0.25, 2.0, 2.0, 0.5]
+    assert all(w == 1.0 for t, w in by_text if not t.isdigit())  # separators, signs, points, EOS
+    with pytest.raises(ValueError, match="3 digit-place weights"):
+        train_demo.digit_place_weights(texts, (1.0, 1.0))
+
+    vocab = demo.read_safetensors(demo.DEMO_DIR / demo.COMPACT_WEIGHTS)[demo.VOCAB_IDS_NAME].tolist()
+    row_of = np.full(train_demo.FULL_VOCAB_SIZE, -1, dtype=np.int64)
+    row_of[vocab] = np.arange(len(vocab))
+    model = train_demo.restrict_vocabulary(engine.model, engine.checkpoint.config, vocab)
+    pixels = [
+        preprocess_image(img, processor.image_config, processor.min_pixels, processor.max_pixels) for img in pool.images
+    ]
+    plain = train_demo.tokenise(samples[:2], processor, pixels)
+    weighted = train_demo.tokenise(samples[:2], processor, pixels, (2.0, 0.5, 0.25))
+    assert all(e.response_weights is None for e in plain)
+    plain_batch = train_demo.make_batch(plain, 1, np.random.default_rng(3), row_of)
+    batch = train_demo.make_batch(weighted, 1, np.random.default_rng(3), row_of)
+    with torch.no_grad():
+        logits = train_demo.with_background(train_demo.noisy_logits(model, batch, only_masked=True))
+        per_token = torch.nn.functional.cross_entropy(logits, batch.targets[batch.noisy_masked], reduction="none")
+        w = batch.target_weights[batch.noisy_masked]
+        assert set(w.tolist()) == {2.0, 0.5, 0.25, 1.0}
+        expected = (per_token * w).sum() / w.sum()
+        assert torch.allclose(train_demo.diffusion_loss(model, batch), expected, atol=1e-5)
+        assert torch.allclose(train_demo.diffusion_loss(model, plain_batch), per_token.mean(), atol=1e-5)
+        # the fractional digits are the hard ones: the weighted mean sits below the plain one
+        assert train_demo.diffusion_loss(model, batch) < train_demo.diffusion_loss(model, plain_batch)
+
+
 # --------------------------------------------------------------------------------------------------
 # Quality through the real decoder
 
