@@ -60,18 +60,3 @@ def test_a_failing_chunk_raises_in_the_caller(monkeypatch: pytest.MonkeyPatch) -
     with pytest.raises(RuntimeError, match="chunk 3 failed"):
         parallel.run_all(task, range(6))
     assert sorted(done) == [0, 1, 2, 4, 5]
-
-
-def test_the_benchmark_times_both_thread_counts_on_the_same_poses(monkeypatch: pytest.MonkeyPatch) -> None:
-    from wam_diff2_ros.drive.bench import bench_renderer, bench_text
-
-    monkeypatch.setenv(parallel.THREADS_ENV, "2")
-    result = bench_renderer(load_scenarios("straight_10")[0], 320, 180, frames=3)
-    assert result["threads"] == 2 and result["frames"] == 3
-    assert 0 < result["min_ms"] <= result["median_ms"] and result["one_thread_median_ms"] > 0
-    assert "on one thread, the same poses alternately" in bench_text(result, None, 320, 180)
-    assert parallel.render_threads() == 2  # the one-thread block ended with the benchmark
-    monkeypatch.setenv(parallel.THREADS_ENV, "1")
-    assert "one_thread_median_ms" not in bench_renderer(load_scenarios("straight_10")[0], 320, 180, frames=2)
-    with pytest.raises(ValueError, match="threads must be >= 1"), parallel.using(0):
-        pass

@@ -6,16 +6,14 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 
 THREADS_ENV = "WAM_DIFF2_RENDER_THREADS"
 MAX_THREADS = 2  # more threads than this gain little: the chunks are small and Python runs between operations
 
 _lock = threading.Lock()
 _pool: tuple[int, ThreadPoolExecutor] | None = None  # (threads, pool)
-_override: int | None = None  # set by :func:`using`
 
 
 def _positive(name: str, strict: bool) -> int | None:
@@ -38,27 +36,12 @@ def render_threads() -> int:
     """Threads the renderer shades with: ``$WAM_DIFF2_RENDER_THREADS`` if set (1: no pool); else the CPUs this
     process may use, at most :data:`MAX_THREADS` and at most ``$OMP_NUM_THREADS`` when that is set (the thread
     budget a process is given, e.g. one per Ray worker)."""
-    if _override is not None:
-        return _override
     explicit = _positive(THREADS_ENV, strict=True)
     if explicit is not None:
         return explicit
     available = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     budget = _positive("OMP_NUM_THREADS", strict=False) or available  # OpenMP also allows lists
     return max(1, min(MAX_THREADS, available, budget))
-
-
-@contextmanager
-def using(threads: int) -> Iterator[None]:
-    """Render with `threads` threads inside the block, whatever the environment says (for benchmarks)."""
-    global _override
-    if threads < 1:
-        raise ValueError(f"threads must be >= 1, got {threads}")
-    previous, _override = _override, threads
-    try:
-        yield
-    finally:
-        _override = previous
 
 
 def run_all(task: Callable[[int], None], items: Iterable[int]) -> None:
