@@ -13,7 +13,6 @@ import numpy as np
 from PIL import Image as PILImage
 from PIL import ImageDraw
 
-from wam_diff2_ros.sim.parallel import run_all
 from wam_diff2_ros.sim.road import (
     ASPHALT_D,
     CAMERA_PITCH_RAD,
@@ -235,9 +234,7 @@ class Renderer:
         c, s = np.float32(math.cos(eyaw)), np.float32(math.sin(eyaw))
         flat, size = self.texture
         palette = _GROUND_PALETTE
-
-        def shade(index: int) -> None:  # one chunk: a range of ground pixels no other chunk writes
-            a, b, any_close, all_ground = self.chunks[index]
+        for a, b, any_close, all_ground in self.chunks:
             gx, gy = self.gx[a:b], self.gy[a:b]
             wx = np.float32(ex) + c * gx - s * gy
             wy = np.float32(ey) + s * gx + c * gy
@@ -271,8 +268,6 @@ class Renderer:
                 colour += self.haze_colour[channel][a:b]
                 if not all_ground:
                     np.copyto(target, colour, where=self.is_ground[a:b])
-
-        run_all(shade, range(len(self.chunks)))
 
     def _paint(self, dd: np.ndarray, lo: np.ndarray, hi: np.ndarray, sx: np.ndarray, a: int, b: int) -> np.ndarray:
         """Coverage of the lane lines (edges solid, centre dashed) times 0.92 on the road, else 0. Worked out only
