@@ -7,6 +7,7 @@ the default decoding settings, on CPU in float32.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import shutil
@@ -373,6 +374,9 @@ def test_digit_weights_weigh_each_place_and_make_a_weighted_mean(engine, held_ou
     weighted = train_demo.tokenise(samples[:2], processor, pixels, (2.0, 0.5, 0.25))
     assert all(e.response_weights is None for e in plain)
     plain_batch = train_demo.make_batch(plain, 1, np.random.default_rng(3), row_of)
+    short = [dataclasses.replace(weighted[0], response_weights=weighted[0].response_weights[:-1])]
+    with pytest.raises(ValueError, match="response weights for"):
+        train_demo.make_batch(short, 1, np.random.default_rng(3), row_of)
     batch = train_demo.make_batch(weighted, 1, np.random.default_rng(3), row_of)
     with torch.no_grad():
         logits = train_demo.with_background(train_demo.noisy_logits(model, batch, only_masked=True))

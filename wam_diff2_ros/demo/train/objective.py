@@ -109,6 +109,8 @@ def build_batch(
         response_pos = torch.arange(prompt_len, prompt_len + response_len) + int(delta[0, 0])
         sequence = list(example.prompt_ids) + list(example.response_ids)
         token_weights = example.response_weights or [1.0] * response_len
+        if len(token_weights) != response_len:
+            raise ValueError(f"example {i} has {len(token_weights)} response weights for {response_len} tokens")
         for c, copy in enumerate(copies):
             if len(copy) != response_len:
                 raise ValueError(f"noisy copy {c} of example {i} has {len(copy)} tokens, the response {response_len}")
