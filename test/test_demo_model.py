@@ -390,6 +390,12 @@ def test_digit_weights_weigh_each_place_and_make_a_weighted_mean(engine, held_ou
         assert train_demo.diffusion_loss(model, batch) < train_demo.diffusion_loss(model, plain_batch)
 
 
+def test_an_unknown_final_evaluation_is_refused_before_training(tmp_path):
+    with pytest.raises(ValueError, match="final_eval must be one of"):
+        train_demo.train(train_demo.TrainSettings(final_eval="everything"), tmp_path / "out", "test")
+    assert not (tmp_path / "out").exists()  # nothing rendered, trained or written
+
+
 # --------------------------------------------------------------------------------------------------
 # Quality through the real decoder
 

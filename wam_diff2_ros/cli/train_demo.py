@@ -12,7 +12,7 @@ from typing import Any
 from wam_diff2_ros.cli import toolkit
 from wam_diff2_ros.demo import expand as demo_files
 from wam_diff2_ros.demo.train.config import DRIVE_IMAGE_SIZES, DRIVE_SAMPLE_SEEDS, TRAIN_DRIVE_SEEDS, ModelSizes
-from wam_diff2_ros.demo.train.loop import TrainSettings, log, train
+from wam_diff2_ros.demo.train.loop import FINAL_EVALS, TrainSettings, log, train
 
 PROG = "wam-diff2-train-demo"
 
@@ -191,7 +191,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument(
         "--final-eval",
-        choices=("full", "validation"),
+        choices=FINAL_EVALS,
         default=defaults.final_eval,
         help="after training, measure every held-out set and the sweeps ('full') or the validation drives only "
         "(for a stage that another continues)",

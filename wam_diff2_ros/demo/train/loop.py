@@ -50,6 +50,9 @@ from wam_diff2_ros.demo.train.objective import (
 )
 from wam_diff2_ros.demo.train.tokens import demo_processor, prompt_token_ids, response_token_ids, vocabulary
 
+# What a run measures when it ends (``--final-eval``): every held-out set and the sweeps, or the validation drives only.
+FINAL_EVALS = ("full", "validation")
+
 
 @dataclass
 class TrainSettings:
@@ -78,7 +81,7 @@ class TrainSettings:
     keep_best: bool = False  # export the probed weights (the start included) that do best on the validation drives
     # loss weights of an answer's digits before the decimal point, first and second after it (1, 1, 1: plain mean)
     digit_weights: tuple[float, float, float] = (1.0, 1.0, 1.0)
-    final_eval: str = "full"  # "full": every held-out set and the sweeps after training; "validation": that set only
+    final_eval: str = "full"  # one of FINAL_EVALS: every held-out set and the sweeps after training, or validation only
     sizes: ModelSizes = field(default_factory=ModelSizes)
 
 
@@ -90,23 +93,28 @@ def tokenise(
     samples: Sequence[DrivingSample],
     processor: WamDiff2Processor,
     pixels: Sequence[Any],
-    digit_weights: Sequence[float] = (1.0, 1.0, 1.0),
+    digit_weights: Sequence[float] | None = None,
 ) -> list[TrainingExample]:
-    """Training examples of `samples`; answers carry per-token loss weights unless `digit_weights` are all 1."""
-    weighted = any(w != 1.0 for w in digit_weights)
+    """Training examples of `samples`; answers carry per-token loss weights when `digit_weights` are given and not
+    all 1 (:func:`digit_place_weights`)."""
+    weighted = digit_weights is not None and any(w != 1.0 for w in digit_weights)
+    text_of: dict[int, str] = {}  # token id -> its text, decoded once
     examples = []
     for sample in samples:
         image = pixels[sample.image_index]
         response = response_token_ids(processor, sample.answer)
+        weights = None
+        if weighted:
+            for token in set(response) - text_of.keys():
+                text_of[token] = processor.tokenizer.decode([token])
+            weights = digit_place_weights([text_of[t] for t in response], digit_weights)
         examples.append(
             TrainingExample(
                 prompt_ids=prompt_token_ids(processor, sample.prompt, image.num_tokens),
                 response_ids=response,
                 pixel_values=image.patches,
                 image_grid_thw=image.grid_thw,
-                response_weights=digit_place_weights([processor.tokenizer.decode([t]) for t in response], digit_weights)
-                if weighted
-                else None,
+                response_weights=weights,
             )
         )
     return examples
@@ -174,6 +182,8 @@ def initial_weights(folder: Path) -> dict[str, Any]:
 
 def train(settings: TrainSettings, out_dir: Path, command_line: str) -> dict[str, Any]:
     """Train, write the shipped files into `out_dir`, evaluate them through the engine; returns the metrics."""
+    if settings.final_eval not in FINAL_EVALS:  # refused before hours of training, not after
+        raise ValueError(f"final_eval must be one of {FINAL_EVALS}, got {settings.final_eval!r}")
     torch.set_num_threads(settings.threads)
     torch.set_flush_denormal(True)
     started = time.perf_counter()
