@@ -1,6 +1,7 @@
 """Training instants at any speed and pose (``demo/train/speeds.py``) and the held-out drive sets: every answer
 passes the kinematic gate, speeds from standing to above 10 m/s, x crossing the decades, recovery poses steer
-back, mirrored copies, and the validation / test / training drive seeds never meet."""
+back, mirrored copies, the options that ask without lateral acceleration and keep clear of the traffic, and the
+validation / test / training drive seeds never meet."""
 
 from __future__ import annotations
 
@@ -12,7 +13,13 @@ import pytest
 from wam_diff2_ros.core.parsing import parse_waypoints
 from wam_diff2_ros.demo.train import config
 from wam_diff2_ros.demo.train.evaluate import speed_bands
-from wam_diff2_ros.demo.train.speeds import PoseRenderer, lateral_return, speed_samples
+from wam_diff2_ros.demo.train.speeds import (
+    PoseRenderer,
+    draw_instant,
+    lateral_return,
+    path_is_clear,
+    speed_samples,
+)
 from wam_diff2_ros.sim.scenario import Scenario
 
 pytestmark = pytest.mark.core
@@ -86,3 +93,40 @@ def test_speed_bands_count_plans_gate_and_ade() -> None:
     assert [b["plans"] for b in bands] == [2, 0, 0, 1, 1]
     assert bands[0]["plausible_rate"] == 0.5 and bands[0]["ade_m"] == 0.5
     assert bands[1]["plausible_rate"] is None and bands[4]["speed_m_s"] == [15.0, None]
+
+
+def test_a_blind_share_asks_the_same_instants_without_their_lateral_acceleration(samples) -> None:
+    _, drawn = samples
+    _, blind = speed_samples([7, 8], 40, seed=3, sizes=((160, 90),), blind_lateral=1.0)
+    assert [s.waypoints for s in blind] == [s.waypoints for s in drawn]
+    assert [(s.speed, s.command, s.acceleration[0]) for s in blind] == [
+        (s.speed, s.command, s.acceleration[0]) for s in drawn
+    ]
+    assert max(abs(s.acceleration[1]) for s in drawn) > 1.0  # in the turn
+    assert max(abs(s.acceleration[1]) for s in blind) < 0.6  # as if going straight
+
+
+def test_a_clear_path_refuses_an_answer_through_the_lead_car_and_keeps_one_behind_it() -> None:
+    scenario = Scenario(config.DRIVE_SECONDS, 7)
+    lead = next(a for a in scenario.actors if a.static_xy is None)  # the lead car is the first moving actor
+    t0 = 5.0
+    times = t0 + config.WAYPOINT_DT * np.arange(1, config.NUM_WAYPOINTS + 1)
+
+    def path(behind_m: float) -> dict:
+        poses = [lead.pose(float(t)) for t in times]
+        return {
+            "time_s": t0,
+            "path_world": np.array([(x - behind_m * math.cos(h), y - behind_m * math.sin(h), h) for x, y, h in poses]),
+        }
+
+    assert not path_is_clear(scenario, path(4.0))
+    assert path_is_clear(scenario, path(30.0))
+
+
+def test_only_answers_at_speed_reach_the_traffic() -> None:
+    scenario = Scenario(config.DRIVE_SECONDS, 7)
+    rng = np.random.default_rng(11)
+    instants = [i for i in (draw_instant(scenario, rng) for _ in range(80)) if i is not None]
+    blocked = [i["speed"] for i in instants if not path_is_clear(scenario, i)]
+    assert 0 < len(blocked) < len(instants) / 2
+    assert min(blocked) > 3.0  # slower answers stay behind the lead car

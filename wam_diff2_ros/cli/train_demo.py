@@ -166,6 +166,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         help=f"simulated drives the --speed-frames come from (<= {len(DRIVE_SAMPLE_SEEDS)})",
     )
     parser.add_argument(
+        "--speed-blind-lateral",
+        type=float,
+        default=defaults.speed_blind_lateral,
+        help="share of the --speed-frames instants asked with a lateral acceleration of about 0 whatever the road "
+        "does, so that turns are read from the image (0..1; 0: none)",
+    )
+    parser.add_argument(
+        "--speed-clear-path",
+        action="store_true",
+        help="keep only --speed-frames instants whose answer keeps clear of the drive's moving cars",
+    )
+    parser.add_argument(
         "--keep-best",
         action="store_true",
         help="probe the validation drives at the start, every --probe-every steps and at the end, and export the "
@@ -220,6 +232,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         (args.probe_every >= 0, "--probe-every must be >= 0"),
         (args.drive_frames >= 0, "--drive-frames must be >= 0"),
         (args.speed_frames >= 0, "--speed-frames must be >= 0"),
+        (0.0 <= args.speed_blind_lateral <= 1.0, "--speed-blind-lateral must be in 0..1"),
         (
             1 <= args.speed_drives <= len(DRIVE_SAMPLE_SEEDS),
             f"--speed-drives must be 1..{len(DRIVE_SAMPLE_SEEDS)}",
@@ -255,6 +268,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         drive_sizes=args.drive_sizes,
         speed_frames=args.speed_frames,
         speed_drives=args.speed_drives,
+        speed_blind_lateral=args.speed_blind_lateral,
+        speed_clear_path=args.speed_clear_path,
         keep_best=args.keep_best,
         digit_weights=digit_weights,  # type: ignore[arg-type]
         final_eval=args.final_eval,

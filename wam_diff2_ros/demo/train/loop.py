@@ -78,6 +78,8 @@ class TrainSettings:
     init_from: str | None = None  # a folder of shipped demo files to continue training from
     speed_frames: int = 0  # instants at any speed and pose per drive (demo/train/speeds.py; 0: none)
     speed_drives: int = 60
+    speed_blind_lateral: float = 0.0  # share of those instants asked with ~0 lateral acceleration (speeds.py)
+    speed_clear_path: bool = False  # keep only those instants whose answer keeps clear of the traffic
     keep_best: bool = False  # export the probed weights (the start included) that do best on the validation drives
     # loss weights of an answer's digits before the decimal point, first and second after it (1, 1, 1: plain mean)
     digit_weights: tuple[float, float, float] = (1.0, 1.0, 1.0)
@@ -216,6 +218,8 @@ def train(settings: TrainSettings, out_dir: Path, command_line: str) -> dict[str
                 settings.speed_frames,
                 seed=TRAIN_SEED,
                 sizes=DRIVE_IMAGE_SIZES[settings.drive_sizes],
+                blind_lateral=settings.speed_blind_lateral,
+                clear_path=settings.speed_clear_path,
             )
             offset = len(train_pool.images) + len(drive_pool.images)
             speed_train = [replace(s, image_index=s.image_index + offset) for s in speed_train]

@@ -10,6 +10,13 @@ acceleration than a drawn budget of 3-5 m/s². Each frame also serves mirrored (
 
 These cover what the drives themselves do not: every speed from standing to above 10 m/s on straights and in
 turns, so the waypoints' x crosses every decade (10, 20, ... 60 m), and poses a closed loop reaches.
+
+Two options for closing the loop (off by default, so the validation and test sets stay as they are):
+``blind_lateral`` asks that share of the instants with the lateral acceleration of a car going straight (about 0)
+whatever the road does, so that the turn has to be read from the image (a closed loop enters a turn with no
+lateral acceleration yet, and a model that turns only on the prompt's drives straight on); ``clear_path`` keeps
+only instants whose answer never comes close to a car of the drive's traffic (at a drawn speed the answer would
+otherwise drive through the lead car).
 """
 
 from __future__ import annotations
@@ -33,6 +40,8 @@ STANDING_SHARE = 0.125  # instants at 0-0.5 m/s
 RECOVERY_SHARE = 0.3  # instants off the lane centre and heading
 MAX_OFFSET_M, MAX_HEADING_RAD = 1.2, math.radians(6.0)
 TURN_SHARE = 0.5  # instants drawn around the left turn, the rest anywhere along the drive's road
+# An answer's waypoint (rear axle) this close to a car's centre, in the lane's frame, would hit it.
+CLEAR_AHEAD_M, CLEAR_BEHIND_M, CLEAR_SIDE_M = 9.0, 3.0, 2.2
 
 
 class PoseRenderer(Renderer):
@@ -94,6 +103,7 @@ def draw_instant(sc: Scenario, rng: np.random.Generator) -> dict | None:
     lead_m = COMMAND_LEAD_S * max(v0, 1.0)
     return {
         "pose": (ex, ey, eyaw),
+        "path_world": np.stack([fx, fy, sc.ego_pose_at_s(s0 + distances)[2]], axis=1),
         "time_s": sc.t_at_s(s0),
         "speed": v0,
         "acceleration": (accel, v0 * v0 * kappa + float(rng.normal(0.0, 0.1))),
@@ -102,12 +112,39 @@ def draw_instant(sc: Scenario, rng: np.random.Generator) -> dict | None:
     }
 
 
+def path_is_clear(sc: Scenario, instant: dict) -> bool:
+    """Whether no moving car of ``sc`` (the lead car, the oncoming ones) comes within the clearance of the answer's
+    waypoints at their times: less than :data:`CLEAR_AHEAD_M` ahead of a waypoint or :data:`CLEAR_BEHIND_M`
+    behind it, and less than :data:`CLEAR_SIDE_M` beside it, in the lane's frame there."""
+    times = instant["time_s"] + WAYPOINT_DT * np.arange(1, NUM_WAYPOINTS + 1)
+    for actor in sc.actors:
+        if actor.static_xy is not None:  # parked cars and scenery stand beside the road
+            continue
+        for (wx, wy, yaw), t in zip(instant["path_world"], times, strict=True):
+            ax, ay, _ = actor.pose(float(t))
+            dx, dy = ax - wx, ay - wy
+            ahead = math.cos(yaw) * dx + math.sin(yaw) * dy
+            side = -math.sin(yaw) * dx + math.cos(yaw) * dy
+            if -CLEAR_BEHIND_M < ahead < CLEAR_AHEAD_M and abs(side) < CLEAR_SIDE_M:
+                return False
+    return True
+
+
 def speed_samples(
-    drive_seeds: Sequence[int], frames_per_drive: int, seed: int, sizes: Sequence[tuple[int, int]] = IMAGE_SIZES
+    drive_seeds: Sequence[int],
+    frames_per_drive: int,
+    seed: int,
+    sizes: Sequence[tuple[int, int]] = IMAGE_SIZES,
+    blind_lateral: float = 0.0,
+    clear_path: bool = False,
 ) -> tuple[ImagePool, list[DrivingSample]]:
     """`frames_per_drive` instants on the road of each drive (and their mirror images), frame ``i`` of drive ``d``
-    at size ``sizes[(d + i) % n]``; only instants whose answer passes the kinematic gate are kept."""
+    at size ``sizes[(d + i) % n]``; only instants whose answer passes the kinematic gate are kept (and, with
+    ``clear_path``, only those whose answer keeps clear of the traffic). A share ``blind_lateral`` of the instants
+    is asked with a lateral acceleration of about 0 (drawn from its own generator: the instants drawn stay the
+    same)."""
     rng = np.random.default_rng(seed)
+    blind_rng = np.random.default_rng([seed, 1])
     images: list[np.ndarray] = []
     samples: list[DrivingSample] = []
     by_command: dict[str, list[int]] = {name: [] for name in MIRRORED_COMMAND}
@@ -125,6 +162,10 @@ def speed_samples(
             answer = ",".join(format_number(v) for point in waypoints for v in point)
             if not parse_waypoints(answer, current_speed_mps=instant["speed"]).valid:
                 continue
+            if clear_path and not path_is_clear(sc, instant):
+                continue
+            if blind_lateral > 0.0 and blind_rng.random() < blind_lateral:
+                instant["acceleration"] = (instant["acceleration"][0], float(blind_rng.normal(0.0, 0.1)))
             size = sizes[(d + kept) % len(sizes)]
             renderer = renderers.get(size) or renderers.setdefault(size, PoseRenderer(sc, *size))
             renderer.pose = instant["pose"]
