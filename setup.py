@@ -52,7 +52,7 @@ setup(
         f"{PACKAGE}.demo": ["weights/*"],
         f"{PACKAGE}.core.engine": ["cpu_kernels.cpp"],
         f"{PACKAGE}.replay": ["report_page.html"],
-        f"{PACKAGE}.drive": ["report_page.html", "scenarios.yaml"],
+        f"{PACKAGE}.drive": ["report_page.html", "scenarios.yaml", "validation_scenarios.yaml"],
     },
     data_files=[
         ("share/ament_index/resource_index/packages", ["resource/wam_diff2_ros"]),

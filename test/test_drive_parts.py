@@ -20,7 +20,7 @@ from wam_diff2_ros.drive.score import (
     window_count,
 )
 from wam_diff2_ros.drive.vehicle import Vehicle, VehicleLimits, VehicleState
-from wam_diff2_ros.drive.world import ScenarioError, build_world, load_scenarios, parse_scenario
+from wam_diff2_ros.drive.world import VALIDATION, ScenarioError, build_world, load_scenarios, parse_scenario
 
 DT = 0.02
 
@@ -193,6 +193,22 @@ def test_bad_scenarios_are_refused_with_the_reason(entry: dict, message: str) ->
     with pytest.raises(ScenarioError) as info:
         build_world(parse_scenario(entry))
     assert message in str(info.value)
+
+
+def test_validation_scenarios_are_apart_from_the_reported_ones_and_the_training_drives() -> None:
+    from wam_diff2_ros.demo.train import config
+
+    validation, reported = load_scenarios(VALIDATION), load_scenarios("all")
+    assert len(validation) >= 10
+    seeds = {s.seed for s in validation}
+    assert len(seeds) == len(validation) and not seeds & {s.seed for s in reported}
+    drives = {*config.DRIVE_SAMPLE_SEEDS, *config.TRAIN_DRIVE_SEEDS}
+    assert not seeds & (drives | {*config.VALIDATION_DRIVE_SEEDS, *config.TEST_DRIVE_SEEDS})
+    kinds = {p[0] for s in validation for p in s.road}
+    assert {"straight", "left", "right"} <= kinds and any(s.lead for s in validation)
+    assert any(s.stopped_s_m for s in validation) and any(s.start_offset_m for s in validation)
+    for spec in validation:
+        build_world(spec)
 
 
 def test_builtin_scenarios_cover_the_required_kinds() -> None:

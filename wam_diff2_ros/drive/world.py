@@ -41,6 +41,7 @@ TURN_LATERAL_ACCEL = 2.0  # m/s²: the route's default speed in a turn, sqrt(a R
 ROUTE_DECEL = 1.5  # m/s²: how the route's speed falls before a turn and rises after it
 ROAD_MARGIN_M = 80.0  # the road must reach this far beyond where the route's speed could take the car
 BUILTIN = Path(__file__).with_name("scenarios.yaml")
+VALIDATION = Path(__file__).with_name("validation_scenarios.yaml")  # for choosing the demo model's weights
 
 
 class ScenarioError(ValueError):
