@@ -13,6 +13,7 @@ import numpy as np
 from PIL import Image as PILImage
 from PIL import ImageDraw
 
+from wam_diff2_ros.sim.cuboids import ActorGeometry, actor_geometry
 from wam_diff2_ros.sim.road import (
     ASPHALT_D,
     CAMERA_PITCH_RAD,
@@ -65,15 +66,10 @@ _PAINT = np.array([0.90, 0.90, 0.88], np.float32)
 _GROUND_PALETTE = np.stack(
     [_GRASS, _GRAVEL, _ASPHALT, 0.9 * _GRASS, 0.3 * _GRAVEL, 0.18 * _ASPHALT, _PAINT, _HAZE]
 ).astype(np.float32)
-_SUN = np.array([0.45, 0.35, 0.82]) / np.linalg.norm([0.45, 0.35, 0.82])
 _HAZE_M = 420.0
 _NEAR_M = 0.25
 _FAR_M = 170.0
 _SUPERSAMPLE = 2
-
-# Unit cube faces: (axis, sign, tangent u axis, tangent v axis).
-_FACES = ((0, 1, 1, 2), (0, -1, 1, 2), (1, 1, 0, 2), (1, -1, 0, 2), (2, 1, 0, 1), (2, -1, 0, 1))
-
 
 _CHUNK = 32768  # ground pixels per pass of the ground shader, so that its temporaries stay in the CPU cache
 
@@ -179,7 +175,7 @@ class Renderer:
         self.texture = (sc.ground_texture.ravel(), sc.ground_texture.shape[0] - 1)
         # Where the static actors stand (moving ones: 0, 0; the quick test in _objects is for static ones only).
         self.static_xy = np.array([a.static_xy or (0.0, 0.0) for a in sc.actors], float).reshape(-1, 2)
-        self._geometry_cache: dict[int, tuple[tuple[float, float, float], tuple[np.ndarray, list]]] = {}
+        self._geometry_cache: dict[int, tuple[tuple[float, float, float], ActorGeometry]] = {}
         self._canvas: tuple[PILImage.Image, PILImage.Image] | None = None
         self._drawn: tuple[tuple[int, int, int, int] | None, tuple[int, int, int, int] | None] = (None, None)
 
@@ -314,14 +310,15 @@ class Renderer:
             frame[:, y0:y1, x0:x1] *= 1.0 - mask
         self._drawn = (box, _redraw(overlay, drawn[1], faces, _SUPERSAMPLE))
         if self._drawn[1] is not None:
-            # Whole rows of the box (the canvas is clear outside it), so a pixel's index is its index in the frame.
-            rows = (0, self._drawn[1][1], overlay.width, self._drawn[1][3])
-            small = overlay.reduce(_SUPERSAMPLE, rows).convert("RGBA")
+            # The box's corners are multiples of the supersampling, so its reduction is that of the whole canvas.
+            x0, y0 = (corner // _SUPERSAMPLE for corner in self._drawn[1][:2])
+            small = overlay.reduce(_SUPERSAMPLE, self._drawn[1]).convert("RGBA")
             packed = np.asarray(small).view("<u4").ravel()  # alpha in the high byte
             # Only the covered pixels change (a transparent one is black: frame * 1 + 0).
             covered = np.flatnonzero(packed > 0xFFFFFF)
             rgba = packed[covered].view(np.uint8).reshape(-1, 4).T.astype(np.float32) / 255.0
-            pixels = covered + rows[1] // _SUPERSAMPLE * frame.shape[2]
+            row, column = np.divmod(covered, small.width)
+            pixels = (row + y0) * frame.shape[2] + (column + x0)
             alpha = 1.0 - rgba[3]
             for channel, plane in enumerate(frame.reshape(3, -1)):
                 blended = plane.take(pixels)
@@ -353,57 +350,63 @@ class Renderer:
         visible.sort(key=lambda item: -item[0])
         shadows: list = []
         faces: list = []
-        scale = float(_SUPERSAMPLE)
         for dist, index, pose, actor in visible:
-            shadow, parts = self._geometry(index, pose, actor)
-            poly = self._project(shadow, position, w2o, 1.0)
+            geometry = self._geometry(index, pose, actor)
+            poly = self._project(geometry.shadow, position, w2o, 1.0)
             if poly is not None and len(poly) >= 3:
                 shadows.append(poly)
-            haze = 1.0 - math.exp(-dist / _HAZE_M)
-            haze_rgb = (_HAZE * haze).tolist()
-            for normal, face_centre, shade, quads in parts:
-                if normal @ (position - face_centre) <= 0:
-                    continue
-                for corners, rgb in quads:
-                    poly = self._project(corners, position, w2o, scale)
-                    if poly is None or len(poly) < 3:
-                        continue
-                    shaded = (c * shade * (1 - haze) + h for c, h in zip(rgb, haze_rgb, strict=True))
-                    faces.append((poly, (*(int(min(max(c * 255 + 0.5, 0), 255)) for c in shaded), 255)))
+            faces += self._faces(geometry, dist, position, w2o)
         return shadows, faces
 
-    def _geometry(self, index: int, pose: tuple[float, float, float], actor: Actor) -> tuple[np.ndarray, list]:
-        """An actor's shadow corners and per face of each part: normal, centre, shade and the corners (world) and
-        colour of its quads (the face, then its decals); kept while the actor's pose stays the same."""
+    def _faces(self, geometry: ActorGeometry, dist: float, position: np.ndarray, w2o: np.ndarray) -> list:
+        """The quads of an actor's faces that look at the camera, projected (supersampled pixels) with their shaded
+        RGBA fill, in the order of its parts, faces and decals. All quads in one matrix product; a quad that crosses
+        the near plane is clipped by :meth:`_project`."""
+        facing = np.einsum("fi,fi->f", geometry.normals, position - geometry.centres) > 0
+        picked = np.flatnonzero(facing[geometry.quad_face])
+        if len(picked) == 0:
+            return []
+        cam, scale = self.cam, float(_SUPERSAMPLE)
+        pts = ((geometry.quad_corners[picked].reshape(-1, 3) - position) @ w2o.T).reshape(-1, 4, 3)
+        x, y, z = pts[..., 0], pts[..., 1], pts[..., 2]
+        inside = z >= _NEAR_M
+        whole = inside.all(axis=1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            us = (cam.fx * x / z + cam.cx + 0.5) * scale
+            vs = (cam.fy * y / z + cam.cy + 0.5) * scale
+        on_screen = ~(
+            (us.max(axis=1) < 0)
+            | (vs.max(axis=1) < 0)
+            | (us.min(axis=1) > cam.width * scale)
+            | (vs.min(axis=1) > cam.height * scale)
+        )
+        haze = 1.0 - math.exp(-dist / _HAZE_M)
+        shade = geometry.shades[geometry.quad_face[picked]][:, None]
+        shaded = geometry.quad_rgb[picked] * shade * (1 - haze) + _HAZE * haze
+        fills = np.clip(shaded * 255 + 0.5, 0, 255).astype(np.int64).tolist()
+        us_, vs_, whole_, on_screen_ = us.tolist(), vs.tolist(), whole.tolist(), on_screen.tolist()
+        any_inside = inside.any(axis=1).tolist()
+        faces = []
+        for row, quad in enumerate(picked.tolist()):
+            if whole_[row]:
+                if not on_screen_[row]:
+                    continue
+                poly = list(zip(us_[row], vs_[row], strict=True))
+            elif any_inside[row]:
+                poly = self._project(geometry.quad_corners[quad], position, w2o, scale)
+                if poly is None or len(poly) < 3:
+                    continue
+            else:
+                continue
+            faces.append((poly, (*fills[row], 255)))
+        return faces
+
+    def _geometry(self, index: int, pose: tuple[float, float, float], actor: Actor) -> ActorGeometry:
+        """:func:`actor_geometry`, kept while the actor's pose stays the same."""
         cached = self._geometry_cache.get(index)
-        if cached is not None and cached[0] == pose:
-            return cached[1]
-        ax, ay, ayaw = pose
-        rot = np.array([[math.cos(ayaw), -math.sin(ayaw), 0], [math.sin(ayaw), math.cos(ayaw), 0], [0, 0, 1]])
-        origin = np.array([ax, ay, 0.0])
-        xs = [c[0] - s[0] / 2 for c, s, _ in actor.parts] + [c[0] + s[0] / 2 for c, s, _ in actor.parts]
-        ys = [c[1] - s[1] / 2 for c, s, _ in actor.parts] + [c[1] + s[1] / 2 for c, s, _ in actor.parts]
-        x0, x1, y0, y1 = min(xs) - 0.15, max(xs) + 0.15, min(ys) - 0.15, max(ys) + 0.15
-        shadow = np.array([[x0, y0, 0.01], [x1, y0, 0.01], [x1, y1, 0.01], [x0, y1, 0.01]]) @ rot.T + origin
-        shadow[:, :2] -= _SUN[:2] * 0.35
-        parts = []
-        for part, (centre_, size, colour) in enumerate(actor.parts):
-            centre, half = np.array(centre_), np.array(size) / 2
-            for face_id, (axis, sign, ua, va) in enumerate(_FACES):
-                normal_local = np.zeros(3)
-                normal_local[axis] = sign
-                normal = rot @ normal_local
-                face_centre = rot @ (centre + normal_local * half) + origin
-                shade = 0.5 + 0.5 * max(0.0, float(normal @ _SUN))
-                quads = [((-1.0, 1.0, -1.0, 1.0), colour)]
-                quads += [(r, c) for p, face, r, c in actor.decals if p == part and face == face_id]
-                corners = [
-                    (_face_quad(centre, half, normal_local, ua, va, rect, lift=0.005 * k) @ rot.T + origin, rgb)
-                    for k, (rect, rgb) in enumerate(quads)
-                ]
-                parts.append((normal, face_centre, shade, [(c, [float(v) for v in rgb]) for c, rgb in corners]))
-        self._geometry_cache[index] = (pose, (shadow, parts))
-        return shadow, parts
+        if cached is None or cached[0] != pose:
+            cached = self._geometry_cache[index] = (pose, actor_geometry(pose, actor))
+        return cached[1]
 
     def _project(self, points_world: np.ndarray, position: np.ndarray, w2o: np.ndarray, scale: float):
         """Clip a planar polygon (N, 3) against the near plane and project it to pixels."""
@@ -449,24 +452,6 @@ def _redraw(canvas: PILImage.Image, drawn: tuple[int, int, int, int] | None, pol
     x1 = min(canvas.width, -(-(math.ceil(max(xs)) + 3) // align) * align)
     y1 = min(canvas.height, -(-(math.ceil(max(ys)) + 3) // align) * align)
     return (x0, y0, x1, y1) if x0 < x1 and y0 < y1 else None
-
-
-def _face_quad(
-    centre: np.ndarray,
-    half: np.ndarray,
-    normal: np.ndarray,
-    ua: int,
-    va: int,
-    rect: tuple[float, float, float, float],
-    lift: float,
-) -> np.ndarray:
-    """Corners (4, 3) of the rectangle ``rect`` (fractions -1..1 along u, v) on a cuboid face."""
-    u0, u1, v0, v1 = rect
-    corners = np.tile(centre + normal * (half + lift), (4, 1))
-    for row, (fu, fv) in enumerate(((u0, v0), (u1, v0), (u1, v1), (u0, v1))):
-        corners[row, ua] = centre[ua] + fu * half[ua]
-        corners[row, va] = centre[va] + fv * half[va]
-    return corners
 
 
 def _sky_panorama(clouds: np.ndarray, rows: int, cols: int, pixels_per_rad: float) -> np.ndarray:
