@@ -177,7 +177,8 @@ def test_trained_checkpoint_plans(tmp_path, harness) -> None:
         assert math.hypot(first.x - (10.0 - relative.y), first.y - (5.0 + relative.x)) <= 0.05
     finally:
         feeder.stop()
-        assert process.stop(timeout=60) == 0  # a CPU decode in flight finishes first
+        code = process.stop(timeout=60)  # a CPU decode in flight finishes first
+        assert code == 0, f"the node exited with {code}:\n{process.output()[-6000:]}"
 
 
 def test_demo_plan_older_than_max_plan_age_is_stale(tmp_path, harness) -> None:
@@ -211,7 +212,8 @@ def test_demo_plan_older_than_max_plan_age_is_stale(tmp_path, harness) -> None:
         assert "no path published: stale plan" in process.output()
     finally:
         feeder.stop()
-        assert process.stop(timeout=60) == 0  # a CPU decode in flight finishes first
+        code = process.stop(timeout=60)  # a CPU decode in flight finishes first
+        assert code == 0, f"the node exited with {code}:\n{process.output()[-6000:]}"
 
 
 def test_fast_and_exact_engines_publish_the_same_plans(tmp_path, harness) -> None:
