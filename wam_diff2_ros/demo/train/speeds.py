@@ -95,7 +95,7 @@ def draw_instant(sc: Scenario, rng: np.random.Generator) -> dict | None:
     length = max(10.0, 2.0 * v0 + 5.0)
     ex, ey, eyaw = (float(v[0]) for v in _offset_pose(sc, np.array([s0]), np.array([offset])))
     eyaw += heading
-    fx, fy, _ = _offset_pose(sc, s0 + distances, lateral_return(distances, offset, heading, length))
+    fx, fy, lane_yaw = _offset_pose(sc, s0 + distances, lateral_return(distances, offset, heading, length))
     cos, sin = math.cos(eyaw), math.sin(eyaw)
     dx, dy = fx - ex, fy - ey
     future = np.stack([cos * dx + sin * dy, -sin * dx + cos * dy], axis=1)
@@ -103,7 +103,7 @@ def draw_instant(sc: Scenario, rng: np.random.Generator) -> dict | None:
     lead_m = COMMAND_LEAD_S * max(v0, 1.0)
     return {
         "pose": (ex, ey, eyaw),
-        "path_world": np.stack([fx, fy, sc.ego_pose_at_s(s0 + distances)[2]], axis=1),
+        "path_world": np.stack([fx, fy, lane_yaw], axis=1),  # the waypoints and the lane's heading there
         "time_s": sc.t_at_s(s0),
         "speed": v0,
         "acceleration": (accel, v0 * v0 * kappa + float(rng.normal(0.0, 0.1))),
