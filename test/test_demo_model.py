@@ -466,3 +466,64 @@ def test_plans_at_any_speed_on_a_test_road_pass_the_gate_near_the_measured_rate(
     measured = METRICS["validation_speeds"]  # the same kind of instants on the validation drives
     assert metrics["plausible_rate"] >= measured["plausible_rate"] - 0.3, metrics  # 12 plans against 48
     assert sum(b["plans"] for b in metrics["by_speed_band"]) == len(samples)
+
+
+def test_suffix_noise_masks_each_block_from_a_cut():
+    response = list(range(100, 196))  # three blocks of 32
+    rng = np.random.default_rng(5)
+    seen_cuts = set()
+    for _ in range(50):
+        tokens, levels = train_demo.noise_response(response, rng, suffix=True)
+        for b, level in enumerate(levels):
+            block = tokens[32 * b : 32 * (b + 1)]
+            masked = [t == train_demo.MASK_ID for t in block]
+            cut = masked.index(True)  # at least the last token of a block is masked
+            assert all(masked[cut:]) and not any(masked[:cut])  # one masked tail, the rest as answered
+            assert block[:cut] == response[32 * b : 32 * b + cut]
+            assert level == (32 - cut) / 32
+            seen_cuts.add(cut)
+    assert len(seen_cuts) > 20  # the cut is drawn over the whole block
+
+
+def _masked_tails(batch, copies: int) -> list[bool]:
+    """Per noisy copy of `batch` (its examples in order), whether every block's masked tokens form one tail."""
+    masked = batch.noisy_masked.tolist()
+    rows = batch.noisy_batch.tolist()
+    out = []
+    for row in sorted(set(rows)):
+        flags = [m for m, r in zip(masked, rows, strict=True) if r == row]
+        size = len(flags) // copies
+        for c in range(copies):
+            copy = flags[c * size : (c + 1) * size]
+            blocks = [copy[b : b + 32] for b in range(0, size, 32)]
+            out.append(all(block == sorted(block) for block in blocks))
+    return out
+
+
+def test_a_share_of_the_noisy_copies_is_masked_from_a_cut(engine, held_out):
+    samples, pool = held_out
+    processor = engine.processor
+    vocab = demo.read_safetensors(demo.DEMO_DIR / demo.COMPACT_WEIGHTS)[demo.VOCAB_IDS_NAME].tolist()
+    row_of = np.full(train_demo.FULL_VOCAB_SIZE, -1, dtype=np.int64)
+    row_of[vocab] = np.arange(len(vocab))
+    pixels = [
+        preprocess_image(img, processor.image_config, processor.min_pixels, processor.max_pixels) for img in pool.images
+    ]
+    examples = train_demo.tokenise(samples[:4], processor, pixels)
+    plain = train_demo.make_batch(examples, 4, np.random.default_rng(3), row_of)
+    off = train_demo.make_batch(examples, 4, np.random.default_rng(3), row_of, suffix_noise=0.0)
+    assert torch.equal(plain.noisy_masked, off.noisy_masked)  # 0: the same noise as a run without the option
+    assert not all(_masked_tails(plain, 4))
+    assert all(_masked_tails(train_demo.make_batch(examples, 4, np.random.default_rng(3), row_of, 1.0), 4))
+    half = _masked_tails(train_demo.make_batch(examples, 4, np.random.default_rng(3), row_of, 0.5), 4)
+    assert 0 < sum(half) < len(half)
+
+
+def test_a_suffix_noise_share_outside_0_1_is_refused_before_anything_runs(tmp_path, capsys):
+    from wam_diff2_ros.cli import train_demo as train_demo_cli
+
+    with pytest.raises(SystemExit) as exited:
+        train_demo_cli.main(["--out", str(tmp_path / "out"), "--suffix-noise", "1.5"])
+    assert exited.value.code == 2
+    assert "--suffix-noise must be in 0..1" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

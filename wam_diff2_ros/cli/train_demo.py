@@ -202,6 +202,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "'2,1,0.5' (default: all 1, the plain mean)",
     )
     parser.add_argument(
+        "--suffix-noise",
+        type=float,
+        default=defaults.suffix_noise,
+        help="share of the noisy answer copies masked from a random cut to the end of each block instead of token "
+        "by token, the state a block is in when its earlier tokens are written first (0..1; 0: none)",
+    )
+    parser.add_argument(
         "--final-eval",
         choices=FINAL_EVALS,
         default=defaults.final_eval,
@@ -233,6 +240,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         (args.drive_frames >= 0, "--drive-frames must be >= 0"),
         (args.speed_frames >= 0, "--speed-frames must be >= 0"),
         (0.0 <= args.speed_blind_lateral <= 1.0, "--speed-blind-lateral must be in 0..1"),
+        (0.0 <= args.suffix_noise <= 1.0, "--suffix-noise must be in 0..1"),
         (
             1 <= args.speed_drives <= len(DRIVE_SAMPLE_SEEDS),
             f"--speed-drives must be 1..{len(DRIVE_SAMPLE_SEEDS)}",
@@ -272,6 +280,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         speed_clear_path=args.speed_clear_path,
         keep_best=args.keep_best,
         digit_weights=digit_weights,  # type: ignore[arg-type]
+        suffix_noise=args.suffix_noise,
         final_eval=args.final_eval,
         init_from=None if args.init_from is None else str(args.init_from),
         sizes=ModelSizes(text_hidden=args.text_hidden, text_layers=args.text_layers),

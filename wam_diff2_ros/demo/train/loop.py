@@ -83,6 +83,7 @@ class TrainSettings:
     keep_best: bool = False  # export the probed weights (the start included) that do best on the validation drives
     # loss weights of an answer's digits before the decimal point, first and second after it (1, 1, 1: plain mean)
     digit_weights: tuple[float, float, float] = (1.0, 1.0, 1.0)
+    suffix_noise: float = 0.0  # share of noisy copies masked from a cut to the block's end (objective.noise_response)
     final_eval: str = "full"  # one of FINAL_EVALS: every held-out set and the sweeps after training, or validation only
     sizes: ModelSizes = field(default_factory=ModelSizes)
 
@@ -123,11 +124,20 @@ def tokenise(
 
 
 def make_batch(
-    examples: Sequence[TrainingExample], copies: int, rng: np.random.Generator, row_of: np.ndarray
+    examples: Sequence[TrainingExample],
+    copies: int,
+    rng: np.random.Generator,
+    row_of: np.ndarray,
+    suffix_noise: float = 0.0,
 ) -> TrainingBatch:
+    """A training batch of `examples`, each with `copies` noisy copies (a share `suffix_noise` of them masked from a
+    cut on; at 0 no extra random draw, so the noise is that of a run without the option)."""
     noisy, levels = [], []
     for example in examples:
-        drawn = [noise_response(example.response_ids, rng) for _ in range(copies)]
+        drawn = [
+            noise_response(example.response_ids, rng, suffix=suffix_noise > 0 and float(rng.random()) < suffix_noise)
+            for _ in range(copies)
+        ]
         noisy.append([tokens for tokens, _ in drawn])
         levels.append([t for _, t in drawn])
     return build_batch(examples, noisy, row_of, levels)
@@ -338,7 +348,7 @@ def train(settings: TrainSettings, out_dir: Path, command_line: str) -> dict[str
                 chosen = [
                     train_examples[k] for k in order[index * settings.batch_size : (index + 1) * settings.batch_size]
                 ]
-                batch = make_batch(chosen, settings.noisy_copies, rng, row_of)
+                batch = make_batch(chosen, settings.noisy_copies, rng, row_of, settings.suffix_noise)
                 for group in optimizer.param_groups:
                     group["lr"] = lr_at(step)
                 loss = diffusion_loss(model, batch)

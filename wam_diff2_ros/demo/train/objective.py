@@ -204,11 +204,18 @@ def digit_place_weights(token_texts: Sequence[str], weights: Sequence[float]) ->
 
 
 def noise_response(
-    response: Sequence[int], rng: np.random.Generator, block_size: int = BLOCK_SIZE
+    response: Sequence[int], rng: np.random.Generator, block_size: int = BLOCK_SIZE, suffix: bool = False
 ) -> tuple[list[int], list[float]]:
-    """A noisy copy: per block t ~ U(0, 1], each token masked with probability t. Returns (tokens, t per block)."""
+    """A noisy copy: per block t ~ U(0, 1], each token masked with probability t. With `suffix`, per block every
+    token from a cut drawn uniformly in [0, block) on is masked instead (t: the masked share), the state a block
+    is in when its earlier tokens are written first. Returns (tokens, t per block)."""
     tokens, levels = list(response), []
     for start in range(0, len(tokens), block_size):
+        if suffix:
+            cut = int(rng.integers(0, block_size))
+            levels.append((block_size - cut) / block_size)
+            tokens[start + cut : start + block_size] = [MASK_ID] * (block_size - cut)
+            continue
         t = 1.0 - float(rng.random())
         levels.append(t)
         drawn = rng.random(block_size)
