@@ -483,6 +483,9 @@ def test_suffix_noise_masks_each_block_from_a_cut():
             assert level == (32 - cut) / 32
             seen_cuts.add(cut)
     assert len(seen_cuts) > 20  # the cut is drawn over the whole block
+    short = list(range(100, 140))  # a last block of 8 tokens keeps its length
+    tokens, levels = train_demo.noise_response(short, rng, suffix=True)
+    assert len(tokens) == len(short) and tokens[-1] == train_demo.MASK_ID and 0 < levels[1] <= 1
 
 
 def _masked_tails(batch, copies: int) -> list[bool]:

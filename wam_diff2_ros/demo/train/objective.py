@@ -212,9 +212,10 @@ def noise_response(
     tokens, levels = list(response), []
     for start in range(0, len(tokens), block_size):
         if suffix:
-            cut = int(rng.integers(0, block_size))
-            levels.append((block_size - cut) / block_size)
-            tokens[start + cut : start + block_size] = [MASK_ID] * (block_size - cut)
+            length = min(block_size, len(tokens) - start)
+            cut = int(rng.integers(0, length))
+            levels.append((length - cut) / length)
+            tokens[start + cut : start + length] = [MASK_ID] * (length - cut)
             continue
         t = 1.0 - float(rng.random())
         levels.append(t)
