@@ -272,6 +272,14 @@ def test_vocabulary_covers_any_planning_prompt(checkpoint):
 # The training forward is the decoder's computation
 
 
+def _shipped_vocabulary() -> tuple[list[int], np.ndarray]:
+    """The shipped weights' token ids and the training-vocabulary row of every real id (-1: none)."""
+    vocab = demo.read_safetensors(demo.DEMO_DIR / demo.COMPACT_WEIGHTS)[demo.VOCAB_IDS_NAME].tolist()
+    row_of = np.full(train_demo.FULL_VOCAB_SIZE, -1, dtype=np.int64)
+    row_of[vocab] = np.arange(len(vocab))
+    return vocab, row_of
+
+
 def test_training_forward_matches_decoder_step_logits(engine, held_out):
     samples, pool = held_out
     sample = samples[0]
@@ -280,9 +288,7 @@ def test_training_forward_matches_decoder_step_logits(engine, held_out):
     prompt_ids = train_demo.prompt_token_ids(processor, sample.prompt, inputs.num_image_tokens[0])
     assert prompt_ids == inputs.input_ids[0].tolist()  # the training tokenisation is the processor's
     response = train_demo.response_token_ids(processor, sample.answer)
-    vocab = demo.read_safetensors(demo.DEMO_DIR / demo.COMPACT_WEIGHTS)[demo.VOCAB_IDS_NAME].tolist()
-    row_of = np.full(train_demo.FULL_VOCAB_SIZE, -1, dtype=np.int64)
-    row_of[vocab] = np.arange(len(vocab))
+    vocab, row_of = _shipped_vocabulary()
     training_model = train_demo.restrict_vocabulary(engine.model, engine.checkpoint.config, vocab)
     rng = np.random.default_rng(3)
     copies = [train_demo.noise_response(response, rng)[0] for _ in range(2)]
@@ -329,9 +335,7 @@ def test_training_forward_matches_decoder_step_logits(engine, held_out):
 def test_an_optimisation_step_lowers_the_loss(engine, held_out):
     samples, pool = held_out
     processor = engine.processor
-    vocab = demo.read_safetensors(demo.DEMO_DIR / demo.COMPACT_WEIGHTS)[demo.VOCAB_IDS_NAME].tolist()
-    row_of = np.full(train_demo.FULL_VOCAB_SIZE, -1, dtype=np.int64)
-    row_of[vocab] = np.arange(len(vocab))
+    vocab, row_of = _shipped_vocabulary()
     fresh = train_demo.build_training_model(train_demo.demo_config(), vocab, seed=0).train()
     pixels = [
         preprocess_image(img, processor.image_config, processor.min_pixels, processor.max_pixels) for img in pool.images
@@ -363,9 +367,7 @@ def test_digit_weights_weigh_each_place_and_make_a_weighted_mean(engine, held_ou
     with pytest.raises(ValueError, match="3 digit-place weights"):
         train_demo.digit_place_weights(texts, (1.0, 1.0))
 
-    vocab = demo.read_safetensors(demo.DEMO_DIR / demo.COMPACT_WEIGHTS)[demo.VOCAB_IDS_NAME].tolist()
-    row_of = np.full(train_demo.FULL_VOCAB_SIZE, -1, dtype=np.int64)
-    row_of[vocab] = np.arange(len(vocab))
+    vocab, row_of = _shipped_vocabulary()
     model = train_demo.restrict_vocabulary(engine.model, engine.checkpoint.config, vocab)
     pixels = [
         preprocess_image(img, processor.image_config, processor.min_pixels, processor.max_pixels) for img in pool.images
@@ -506,9 +508,7 @@ def _masked_tails(batch, copies: int) -> list[bool]:
 def test_a_share_of_the_noisy_copies_is_masked_from_a_cut(engine, held_out):
     samples, pool = held_out
     processor = engine.processor
-    vocab = demo.read_safetensors(demo.DEMO_DIR / demo.COMPACT_WEIGHTS)[demo.VOCAB_IDS_NAME].tolist()
-    row_of = np.full(train_demo.FULL_VOCAB_SIZE, -1, dtype=np.int64)
-    row_of[vocab] = np.arange(len(vocab))
+    _, row_of = _shipped_vocabulary()
     pixels = [
         preprocess_image(img, processor.image_config, processor.min_pixels, processor.max_pixels) for img in pool.images
     ]
