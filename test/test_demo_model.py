@@ -488,6 +488,8 @@ def test_suffix_noise_masks_each_block_from_a_cut():
     short = list(range(100, 140))  # a last block of 8 tokens keeps its length
     tokens, levels = train_demo.noise_response(short, rng, suffix=True)
     assert len(tokens) == len(short) and tokens[-1] == train_demo.MASK_ID and 0 < levels[1] <= 1
+    tokens, levels = train_demo.noise_response(short, rng)  # token by token, likewise
+    assert len(tokens) == len(short) and len(levels) == 2
 
 
 def _masked_tails(batch, copies: int) -> list[bool]:

@@ -211,16 +211,16 @@ def noise_response(
     is in when its earlier tokens are written first. Returns (tokens, t per block)."""
     tokens, levels = list(response), []
     for start in range(0, len(tokens), block_size):
+        length = min(block_size, len(tokens) - start)  # a shorter last block keeps its length
         if suffix:
-            length = min(block_size, len(tokens) - start)
             cut = int(rng.integers(0, length))
             levels.append((length - cut) / length)
             tokens[start + cut : start + length] = [MASK_ID] * (length - cut)
-            continue
-        t = 1.0 - float(rng.random())
-        levels.append(t)
-        drawn = rng.random(block_size)
-        for j in range(block_size):
-            if drawn[j] < t:
-                tokens[start + j] = MASK_ID
+        else:
+            t = 1.0 - float(rng.random())
+            levels.append(t)
+            drawn = rng.random(length)
+            for j in range(length):
+                if drawn[j] < t:
+                    tokens[start + j] = MASK_ID
     return tokens, levels
