@@ -11,7 +11,8 @@ inherits it:
 * the package's Fast DDS profile ``config/fastdds_profile.xml`` (large SHM segment, 4 MB UDP buffers)
   through ``FASTDDS_DEFAULT_PROFILES_FILE`` (Fast DDS 3) or ``FASTRTPS_DEFAULT_PROFILES_FILE``
   (Fast DDS 2), so 1080p images pass as they do on the vehicle;
-* ``ROS_LOG_DIR`` / ``ROS_HOME`` in a temporary directory removed at the end of the session.
+* ``ROS_LOG_DIR`` / ``ROS_HOME`` in a temporary directory removed at the end of the session; at the end, too,
+  the Fast DDS shared memory of the session's participants that died without closing is removed.
 
 Fixtures (all skip with a reason when rclpy is not importable):
 
@@ -42,7 +43,14 @@ from typing import Any
 import pytest
 import torch
 from core_helpers import patient, wait_until
-from process_helpers import is_foreign_python, stop_process, subprocess_env, unique_name
+from process_helpers import (
+    fastdds_segments,
+    is_foreign_python,
+    remove_stale_fastdds_segments,
+    stop_process,
+    subprocess_env,
+    unique_name,
+)
 
 # Triton's kernels run under its CPU interpreter where there is no GPU; the switch is read when a kernel is
 # decorated, so it must be set before any test module imports one (test_triton_kernels.py is not the first).
@@ -56,6 +64,7 @@ DEFAULT_TIMEOUT_S = 10.0
 
 _ROS_ENV: dict[str, str] = {}
 _TMP_DIR: Path | None = None
+_SHM_AT_START: set[str] = set()
 
 
 def session_domain_id() -> int:
@@ -94,6 +103,7 @@ def pytest_configure(config: pytest.Config) -> None:
     """Apply the DDS isolation environment to this process before any test runs."""
     global _TMP_DIR
     _TMP_DIR = Path(tempfile.mkdtemp(prefix="wam_diff2_ros_test_"))
+    _SHM_AT_START.update(fastdds_segments())
     for variable in ("ROS_STATIC_PEERS", "ROS_DISCOVERY_SERVER", "ROS_LOCALHOST_ONLY"):
         os.environ.pop(variable, None)
     _ROS_ENV.update(_isolation_env(_TMP_DIR))
@@ -101,9 +111,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    """Remove the session's temporary ROS_HOME / ROS_LOG_DIR."""
+    """Remove the session's temporary ROS_HOME / ROS_LOG_DIR, and the shared memory of the participants it
+    started that died without closing (children stopped with SIGKILL): 64 MB of RAM each otherwise."""
     if _TMP_DIR is not None:
         shutil.rmtree(_TMP_DIR, ignore_errors=True)
+    remove_stale_fastdds_segments(keep=_SHM_AT_START, min_age_s=1.0)
 
 
 def pytest_report_header(config: pytest.Config) -> str:
