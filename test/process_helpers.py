@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 from core_helpers import patient
@@ -90,7 +91,7 @@ def _owner_alive(lock_file: Path) -> bool:
 
 
 def remove_stale_fastdds_segments(
-    keep: set[str] = frozenset(), directory: Path = SHM_DIR, min_age_s: float = 5.0
+    keep: Iterable[str] = (), directory: Path = SHM_DIR, min_age_s: float = 5.0
 ) -> list[str]:
     """Remove the data segments of Fast DDS participants that died without closing (a SIGKILL leaves one of
     64 MB in RAM until reboot); segments named in ``keep``, held by a live process or younger than ``min_age_s``
