@@ -115,7 +115,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     started that died without closing (children stopped with SIGKILL): 64 MB of RAM each otherwise."""
     if _TMP_DIR is not None:
         shutil.rmtree(_TMP_DIR, ignore_errors=True)
-    remove_stale_fastdds_segments(keep=_SHM_AT_START, min_age_s=1.0)
+    remove_stale_fastdds_segments(keep=_SHM_AT_START)
 
 
 def pytest_report_header(config: pytest.Config) -> str:

@@ -91,7 +91,7 @@ def _owner_alive(lock_file: Path) -> bool:
 
 
 def remove_stale_fastdds_segments(
-    keep: Iterable[str] = (), directory: Path = SHM_DIR, min_age_s: float = 5.0
+    keep: Iterable[str] = (), directory: Path = SHM_DIR, min_age_s: float = 1.0
 ) -> list[str]:
     """Remove the data segments of Fast DDS participants that died without closing (a SIGKILL leaves one of
     64 MB in RAM until reboot); segments named in ``keep``, held by a live process or younger than ``min_age_s``
