@@ -215,6 +215,51 @@ def test_row_logits_are_lm_heads_bits_or_decline(vocab, width, block_shape, thre
         assert path.startswith("kernel" if verdicts == {True} else "fallback"), path
 
 
+@pytest.mark.parametrize("threads", THREADS)
+def test_an_output_layer_of_mostly_zero_rows_computes_only_the_others_with_the_same_bits(threads, monkeypatch):
+    """The demo's output layer keeps only the rows of the tokens it uses: the kernel packs those alone, and every
+    logit, the zero rows' included, has `lm_head`'s bits in the whole block."""
+    monkeypatch.setattr(cpu_kernels, "_PATHS", {})
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        vocab, width = 151_936, 256
+        head = _linear(vocab, width, seed=5)
+        live = torch.sort(torch.randperm(vocab, generator=torch.Generator().manual_seed(6))[:84]).values
+        with torch.no_grad():
+            keep = head.weight[live].clone()
+            head.weight.zero_()
+            head.weight[live] = keep
+        assert torch.equal(cpu_kernels.live_rows(head.weight), live)
+        hidden = torch.randn(1, 32, width, generator=torch.Generator().manual_seed(7)) * 3
+        full = head(hidden).reshape(-1, vocab)
+        layer = ExactRowLogits(head)
+        verdicts = set()
+        for rows in (torch.arange(32), torch.tensor([0, 3, 31]), torch.tensor([17])):
+            logits = layer(hidden[0][rows], (1, 32))
+            verdicts.add(logits is not None)
+            if logits is not None:
+                assert logits.shape == (rows.numel(), vocab)
+                assert torch.equal(logits, full[rows])
+                assert layer._packed_weights()[0].shape[0] == -(-84 // 16)  # 6 tiles instead of 9496
+    finally:
+        torch.set_num_threads(previous)
+    assert len(verdicts) == 1
+    if can_build_row_kernel(ISA):
+        ((what, path),) = kernel_paths().items()
+        assert "(84 nonzero rows)" in what
+        assert path.startswith("kernel" if verdicts == {True} else "fallback"), path
+
+
+def test_live_rows_only_where_at_least_half_the_rows_are_zero():
+    weight = torch.zeros(10, 4)
+    weight[[2, 7]] = 1.0
+    assert cpu_kernels.live_rows(weight).tolist() == [2, 7]
+    weight[[0, 1, 3, 4]] = -1.0  # 6 live rows of 10: no gain worth a second path
+    assert cpu_kernels.live_rows(weight) is None
+    assert cpu_kernels.live_rows(torch.zeros(4, 4)).tolist() == []
+
+
 @needs_kernel
 def test_row_logits_follow_in_place_weight_changes():
     head = EmulatedLinear(64, 2_000, Chunking((64,), (64,)))  # known arithmetic: the kernel path runs

@@ -253,6 +253,12 @@ def _record_path(what: str, block_shape: tuple[int, int], chunking: Chunking | N
     LOG.info("CPU %s: %s", key, _PATHS[key])
 
 
+def live_rows(weight: torch.Tensor) -> torch.Tensor | None:
+    """Indices of the rows of an output weight [V, D] that are not all zero, where at least half are (else None)."""
+    live = (weight != 0).any(dim=1).nonzero().squeeze(1)
+    return live if 2 * live.numel() <= weight.shape[0] else None
+
+
 def pack_weights(weight: torch.Tensor) -> torch.Tensor:
     """[V, D] output weights as [ceil(V / 16), D, 16] tiles (zero columns pad the last tile)."""
     vocab, width = weight.shape
@@ -306,51 +312,72 @@ class ExactRowLogits:
     def __init__(self, head: torch.nn.Module, isa: str | None = None) -> None:
         self.head = head
         self.isa = isa
-        self._packed: tuple[Any, torch.Tensor] | None = None
+        self._packed: tuple[Any, torch.Tensor, torch.Tensor | None] | None = None
         self._chunks: dict[tuple[Any, ...], Chunking | None] = {}
 
     def __call__(self, rows: torch.Tensor, block_shape: tuple[int, int]) -> torch.Tensor | None:
-        """Logits [N, V] of hidden rows [N, D] taken from a [B, L] block, or None (compute all rows instead)."""
+        """Logits [N, V] of hidden rows [N, D] taken from a [B, L] block, or None (compute all rows instead).
+
+        Where most of the output layer's rows are zero (the demo model keeps only the rows of the tokens it uses),
+        only the others are packed and computed; a zero row's logit is 0 in the stock layer too, so the
+        bits are the same and a step streams kilobytes of weights instead of the whole vocabulary's."""
         if not (_covered(self.head) and rows.dtype == torch.float32 and rows.device.type == "cpu"):
             return None
         kernel = load_kernel(self.isa)
         if kernel is None:
             return None
-        packed = self._packed_weights()
+        packed, live = self._packed_weights()
         key = (tuple(packed.shape), block_shape, torch.get_num_threads())  # the chunking follows shapes, not values
         if key not in self._chunks:
-            self._chunks[key] = self._probe(kernel, packed, block_shape)
+            self._chunks[key] = self._probe(kernel, packed, live, block_shape)
         chunking = self._chunks[key]
         if chunking is None:
             return None
-        return kernel.chunked_logits(
-            rows, packed, list(chunking.ends), list(chunking.groups), self.head.weight.shape[0]
-        )
+        vocab = self.head.weight.shape[0]
+        count = vocab if live is None else live.numel()
+        logits = kernel.chunked_logits(rows, packed, list(chunking.ends), list(chunking.groups), count)
+        if live is None:
+            return logits
+        return logits.new_zeros(logits.shape[0], vocab).index_copy_(1, live, logits)
 
     def _weight_key(self) -> tuple[Any, ...]:
         weight = self.head.weight
         return (weight.data_ptr(), weight._version, tuple(weight.shape))
 
-    def _packed_weights(self) -> torch.Tensor:
+    def _packed_weights(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The packed tiles and the indices of the rows they hold (None: every row)."""
         key = self._weight_key()
         if self._packed is None or self._packed[0] != key:
-            self._packed = (key, pack_weights(self.head.weight.detach()))
-        return self._packed[1]
+            weight = self.head.weight.detach()
+            live = live_rows(weight)
+            self._packed = (key, pack_weights(weight if live is None else weight.index_select(0, live)), live)
+        return self._packed[1], self._packed[2]
 
     @torch.no_grad()
-    def _probe(self, kernel: Any, packed: torch.Tensor, block_shape: tuple[int, int]) -> Chunking | None:
+    def _probe(
+        self, kernel: Any, packed: torch.Tensor, live: torch.Tensor | None, block_shape: tuple[int, int]
+    ) -> Chunking | None:
         vocab, width = self.head.weight.shape
         probe = _probe_block(block_shape, width)
         reference = self.head(probe).reshape(-1, vocab)
         flat = probe.reshape(-1, width)
+        count = vocab if live is None else live.numel()
+        what = f"output layer {vocab} x {width}" + ("" if live is None else f" ({count} nonzero rows)")
+        if live is not None:
+            dead = torch.ones(vocab, dtype=torch.bool)
+            dead[live] = False
+            if reference[:, dead].any():  # a zero row gave a nonzero logit: keep to the stock layer
+                _record_path(what, block_shape, None)
+                return None
+            reference = reference.index_select(1, live)
 
         def run(chunking: Chunking, full: bool) -> torch.Tensor:
             tiles = packed if full else packed[:PROBE_TILES]
-            count = vocab if full else min(vocab, tiles.shape[0] * LANES)
-            return kernel.chunked_logits(flat, tiles, list(chunking.ends), list(chunking.groups), count)
+            columns = count if full else min(count, tiles.shape[0] * LANES)
+            return kernel.chunked_logits(flat, tiles, list(chunking.ends), list(chunking.groups), columns)
 
         chunking = find_chunking(run, reference, width)
-        _record_path(f"output layer {vocab} x {width}", block_shape, chunking)
+        _record_path(what, block_shape, chunking)
         return chunking
 
 
