@@ -7,7 +7,7 @@
 #                 (what a replay of a sample bag asks), mostly at the sample bag's image grid; written to $WORK/drives
 #   3. refine:    continue at a lower learning rate on instants of 40 drives;   written to demo/weights/ (or $OUT)
 #
-# A base already in $WORK/base is reused. Same seeds, torch build and thread count -> the same weights; the manifest
+# A base already in $WORK/base is reused. Same seeds, torch build, thread count and kind of CPU -> the same weights; the manifest
 # records each stage's command, wall time and the base's sha256. Stages 1 and 2 measure only the validation drives
 # when they end (--final-eval validation: what they are continued from needs no more); stage 3 measures every set.
 #
