@@ -242,6 +242,9 @@ def test_an_output_layer_of_mostly_zero_rows_computes_only_the_others_with_the_s
                 assert logits.shape == (rows.numel(), vocab)
                 assert torch.equal(logits, full[rows])
                 assert layer._packed_weights()[0].shape[0] == -(-84 // 16)  # 6 tiles instead of 9496
+        broken = hidden[0][[2, 9]].clone()
+        broken[1, 7] = float("inf")  # the stock layer writes NaN into the zero rows' logits of such a row
+        assert layer(broken, (1, 32)) is None
     finally:
         torch.set_num_threads(previous)
     assert len(verdicts) == 1

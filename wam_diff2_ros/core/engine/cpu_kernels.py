@@ -319,14 +319,17 @@ class ExactRowLogits:
         """Logits [N, V] of hidden rows [N, D] taken from a [B, L] block, or None (compute all rows instead).
 
         Where most of the output layer's rows are zero (the demo model keeps only the rows of the tokens it uses),
-        only the others are packed and computed; a zero row's logit is 0 in the stock layer too, so the
-        bits are the same and a step streams kilobytes of weights instead of the whole vocabulary's."""
+        only the others are packed and computed; a zero row's logit is 0 in the stock layer too (for finite
+        rows; others go to the stock layer), so the bits are the same and a step streams kilobytes of weights
+        instead of the whole vocabulary's."""
         if not (_covered(self.head) and rows.dtype == torch.float32 and rows.device.type == "cpu"):
             return None
         kernel = load_kernel(self.isa)
         if kernel is None:
             return None
         packed, live = self._packed_weights()
+        if live is not None and not bool(torch.isfinite(rows).all()):
+            return None  # 0 x inf is NaN in the stock layer's zero rows: let it compute them
         key = (tuple(packed.shape), block_shape, torch.get_num_threads())  # the chunking follows shapes, not values
         if key not in self._chunks:
             self._chunks[key] = self._probe(kernel, packed, live, block_shape)
