@@ -367,9 +367,7 @@ class ExactRowLogits:
         count = vocab if live is None else live.numel()
         what = f"output layer {vocab} x {width}" + ("" if live is None else f" ({count} nonzero rows)")
         if live is not None:
-            dead = torch.ones(vocab, dtype=torch.bool)
-            dead[live] = False
-            if reference[:, dead].any():  # a zero row gave a nonzero logit: keep to the stock layer
+            if reference.index_fill(1, live, 0.0).any():  # a zero row gave a nonzero logit: keep to the stock layer
                 _record_path(what, block_shape, None)
                 return None
             reference = reference.index_select(1, live)
