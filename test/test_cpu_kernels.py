@@ -254,6 +254,26 @@ def test_an_output_layer_of_mostly_zero_rows_computes_only_the_others_with_the_s
         assert path.startswith("kernel" if verdicts == {True} else "fallback"), path
 
 
+@needs_kernel
+def test_zero_rows_whose_stock_logits_are_not_zero_keep_to_the_stock_layer(monkeypatch):
+    """Leaving zero rows out is right only where the stock layer gives them 0: the probe checks that."""
+    monkeypatch.setattr(cpu_kernels, "_PATHS", {})
+
+    class Shifted(torch.nn.Linear):  # the rows that are not zero keep the stock bits; the zero rows give 1
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            out = super().forward(x)
+            out[..., 40:] += 1.0
+            return out
+
+    head = Shifted(64, 4_000, bias=False)
+    with torch.no_grad():
+        head.weight.zero_()
+        head.weight[:40] = torch.randn(40, 64, generator=torch.Generator().manual_seed(8))
+    assert ExactRowLogits(head)(torch.randn(8, 64), (1, 8)) is None
+    ((what, path),) = kernel_paths().items()
+    assert "(40 nonzero rows)" in what and path.startswith("fallback"), (what, path)
+
+
 def test_live_rows_only_where_at_least_half_the_rows_are_zero():
     weight = torch.zeros(10, 4)
     weight[[2, 7]] = 1.0
