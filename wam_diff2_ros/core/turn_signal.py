@@ -41,22 +41,27 @@ def signal_command(value: int) -> NavigationCommand:
 
 
 @dataclass
-class TurnSignalHold:
-    """The command held from a stream of turn signals (see the module docstring)."""
+class CommandHold:
+    """A held navigation command: a turn takes effect at once, straight only once it has lasted ``hold_s`` (by
+    the stamps), so a blinking signal or a route that briefly looks straight does not flip a held turn back.
+    Shared by the turn-signal source and the route source (``core/route_command.py``)."""
 
     hold_s: float = DEFAULT_HOLD_S
     _command: NavigationCommand | None = field(default=None, init=False)
     _straight_since_ns: int | None = field(default=None, init=False)
 
-    def update(self, value: int, stamp_ns: int) -> NavigationCommand:
-        """Take the signal ``value`` stamped ``stamp_ns``; return the command now held (``ValueError`` for an
-        unknown value, which changes nothing)."""
-        wanted = signal_command(value)
+    @property
+    def command(self) -> NavigationCommand | None:
+        """The command held now (None before the first update)."""
+        return self._command
+
+    def update_command(self, wanted: NavigationCommand, stamp_ns: int) -> NavigationCommand:
+        """Take the command ``wanted`` stamped ``stamp_ns``; return the command now held."""
         if wanted is not NavigationCommand.STRAIGHT or self._command in (None, NavigationCommand.STRAIGHT):
             self._command, self._straight_since_ns = wanted, None
             return wanted
         since = self._straight_since_ns
-        if since is None or stamp_ns < since:  # first "off" after a turn (or time went back: start again)
+        if since is None or stamp_ns < since:  # first "straight" after a turn (or time went back: start again)
             self._straight_since_ns = since = stamp_ns
         if stamp_ns - since >= self.hold_s * NS_PER_S:
             self._command, self._straight_since_ns = NavigationCommand.STRAIGHT, None
@@ -65,3 +70,13 @@ class TurnSignalHold:
     def reset(self) -> None:
         """Forget the held command."""
         self._command, self._straight_since_ns = None, None
+
+
+@dataclass
+class TurnSignalHold(CommandHold):
+    """The command held from a stream of turn signals (see the module docstring)."""
+
+    def update(self, value: int, stamp_ns: int) -> NavigationCommand:
+        """Take the signal ``value`` stamped ``stamp_ns``; return the command now held (``ValueError`` for an
+        unknown value, which changes nothing)."""
+        return self.update_command(signal_command(value), stamp_ns)
