@@ -250,7 +250,7 @@ def hostile_report(path: Path) -> tuple[Path, list[dict[str, Any]], dict[str, An
 
 @pytest.mark.core
 def test_embedded_data_holds_no_markup_characters(tmp_path) -> None:
-    from wam_diff2_ros.replay.html_safe import embed_json
+    from wam_diff2_ros.core.markup import embed_json
 
     for text in HOSTILE:
         embedded = embed_json({"text": text})

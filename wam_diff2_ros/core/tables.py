@@ -3,9 +3,10 @@ benchmark's table): one formatting for every report."""
 
 from __future__ import annotations
 
-import html
 from collections.abc import Sequence
 from typing import Any
+
+from wam_diff2_ros.core.markup import markdown_cell
 
 MISSING = "–"
 
@@ -29,14 +30,9 @@ def figure(value: Any) -> str:
     return str(value)
 
 
-def markdown_cell(value: Any) -> str:
-    """Text for a Markdown table cell or line: no markup (``&``, ``<``, ``>`` and quotes as HTML entities, since
-    Markdown passes raw HTML through), no column or row break."""
-    return html.escape(str(value), quote=True).replace("|", "\\|").replace("\r", " ").replace("\n", " ")
-
-
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
-    """A Markdown table's lines (every cell through :func:`markdown_cell`), then an empty line."""
+    """A Markdown table's lines (every cell through :func:`~wam_diff2_ros.core.markup.markdown_cell`), then an
+    empty line."""
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(markdown_cell(c) for c in row) + " |" for row in rows]
     return [*lines, ""]

@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from wam_diff2_ros.core.markup import write_page
+from wam_diff2_ros.core.tables import markdown_table
 from wam_diff2_ros.drive.episode import EpisodeOptions
 from wam_diff2_ros.drive.run import EXIT_INTERRUPTED, EXIT_OK, run_episode
 from wam_diff2_ros.drive.world import ScenarioSpec
@@ -43,13 +45,19 @@ def run_many(
 ) -> tuple[list[dict[str, Any]], int]:
     """Run (or resume) every scenario into ``options.out/<name>/``; returns the rows of the pooled table and the
     exit code."""
+    from wam_diff2_ros.drive.folders import episode_folders
+
     log = log or (lambda text: print(text, file=sys.stderr, flush=True))
+    model = str(config.model_path)
+    folders = episode_folders(
+        options.out, specs, options.overwrite, lambda s, f: _done(f, s, model, options.latency_ms)
+    )
     options.out.mkdir(parents=True, exist_ok=True)
     rows = []
     code = EXIT_OK
     for spec in specs:
-        folder = options.out / spec.name
-        document = None if options.overwrite else _done(folder, spec, str(config.model_path), options.latency_ms)
+        folder = folders[spec.name]
+        document = None if options.overwrite else _done(folder, spec, model, options.latency_ms)
         if document is not None:
             log(f"{spec.name}: done before, kept")
         else:
@@ -87,19 +95,17 @@ def write_table(out: Path, rows: list[dict[str, Any]]) -> None:
         for k in TERMS
         if any(r[k] is not None for r in rows)
     }
-    (out / "scores.json").write_text(json.dumps({"episodes": rows, "mean": means}, indent=1), encoding="utf-8")
+    write_page(out / "scores.json", json.dumps({"episodes": rows, "mean": means}, indent=1))
     head = ["scenario", "seed", *TERMS, "lane dev m", "valid/made", "sim s", "ended"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
 
     def f(v: Any) -> str:
         return "–" if v is None else f"{v:.3f}"
 
+    cells = []
     for r in rows:
-        lines.append(
-            f"| {r['scenario']} | {r['seed']} | "
-            + " | ".join(f(r[k]) for k in TERMS)
-            + f" | {f(r['lane_dev_mean_m'])} | {r['plans_valid']}/{r['plans_made']}"
-            + f" | {r['simulated_s']:.1f} | {r['stop_reason']} |"
-        )
-    lines.append("| **mean** | | " + " | ".join(f(means.get(k)) for k in TERMS) + " | | | | |")
-    (out / "scores.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        plans = f"{r['plans_valid']}/{r['plans_made']}"
+        terms = [f(r[k]) for k in TERMS]
+        ended = f"{r['simulated_s']:.1f}", r["stop_reason"]
+        cells.append([r["scenario"], r["seed"], *terms, f(r["lane_dev_mean_m"]), plans, *ended])
+    cells.append(["**mean**", "", *(f(means.get(k)) for k in TERMS), "", "", "", ""])
+    write_page(out / "scores.md", "\n".join(markdown_table(head, cells)))

@@ -45,16 +45,20 @@ def run_on_ray(
     log: Callable[[str], None] | None = None,
 ) -> tuple[list[dict[str, Any]], int]:
     """Run (or resume) every scenario on ``workers`` Ray actors; returns the pooled rows and the exit code."""
+    from wam_diff2_ros.drive.folders import episode_folders
     from wam_diff2_ros.drive.run import node_config
     from wam_diff2_ros.fleet.pool import RayConfig, ray_session
 
     log = log or (lambda text: print(text, file=sys.stderr, flush=True))
-    options.out.mkdir(parents=True, exist_ok=True)
     model_path = str(node_config(model, device, overrides).model_path)
+    folders = episode_folders(
+        options.out, specs, options.overwrite, lambda s, f: _done(f, s, model_path, options.latency_ms)
+    )
+    options.out.mkdir(parents=True, exist_ok=True)
     documents: dict[str, dict[str, Any]] = {}
     todo = []
     for spec in specs:
-        done = None if options.overwrite else _done(options.out / spec.name, spec, model_path, options.latency_ms)
+        done = None if options.overwrite else _done(folders[spec.name], spec, model_path, options.latency_ms)
         if done is not None:
             documents[spec.name] = done
             log(f"{spec.name}: done before, kept")
@@ -71,7 +75,7 @@ def run_on_ray(
             while queue or running:
                 while queue and free:
                     spec, worker = queue.pop(0), free.pop(0)
-                    episode = dataclasses.replace(options, out=options.out / spec.name, overwrite=True)
+                    episode = dataclasses.replace(options, out=folders[spec.name], overwrite=True)
                     log(f"{spec.name}: running {spec.duration_s:g} s (seed {spec.seed})")
                     running[worker.run.remote(spec, episode)] = (worker, spec)
                 ready, _ = ray.wait(list(running), num_returns=1)

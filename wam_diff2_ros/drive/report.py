@@ -1,6 +1,6 @@
 """``report.html`` of an episode: the score, a timeline, the bird's-eye view of the route with the ego's path and
 every plan, the windows and the events; the data embedded with the replay page's escaping
-(:func:`~wam_diff2_ros.replay.html_safe.embed_json`), drawn client-side (``report_page.html``)."""
+(:func:`~wam_diff2_ros.core.markup.embed_json`), drawn client-side (``report_page.html``)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ def _r(values: Any, digits: int = 2) -> list:
 
 def write_report(path: Path, document: dict[str, Any], episode: Any) -> Path:
     """Write the page for ``document`` (score.json's content) and ``episode``'s trace and plans."""
-    from wam_diff2_ros.replay.html_safe import embed_json, escape_text, fill_template
+    from wam_diff2_ros.core.markup import embed_json, escape_text, fill_template, write_page
 
     trace, world = episode.trace, episode.world
     xs = [s.x for s in trace.states]
@@ -87,8 +87,7 @@ def write_report(path: Path, document: dict[str, Any], episode: Any) -> Path:
     }
     template = resources.files("wam_diff2_ros.drive").joinpath("report_page.html").read_text(encoding="utf-8")
     values = {"TITLE": escape_text(f"wam-diff2-drive: {data['title']}"), "DATA": embed_json(data)}
-    path.write_text(fill_template(template, values), encoding="utf-8")
-    return path
+    return write_page(path, fill_template(template, values))
 
 
 def _summary(document: dict[str, Any]) -> list[list[str]]:

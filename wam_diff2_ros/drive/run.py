@@ -48,7 +48,7 @@ def prepare_out(out: Path, overwrite: bool) -> None:
         raise DriveUsageError(f"--out {out}: already holds episode outputs ({', '.join(existing)}); pass --overwrite")
     for name in existing:
         path = out / name
-        shutil.rmtree(path) if path.is_dir() else path.unlink()
+        shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
     out.mkdir(parents=True, exist_ok=True)
 
 

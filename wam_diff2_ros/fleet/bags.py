@@ -11,12 +11,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from wam_diff2_ros.core.safe_names import safe_name
 
 STORAGE_SUFFIXES = (".mcap", ".db3")
 HASH_CACHE_NAME = "hashes.json"
@@ -104,10 +105,6 @@ def _size(path: Path) -> int:
     return path.stat().st_size if path.is_file() else 0
 
 
-def _safe(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("._") or "bag"
-
-
 def find_bags(inputs: Sequence[str | Path]) -> list[BagEntry]:
     """The bags named by ``inputs`` (see the module docstring), each once, with unique result folder names (the
     bag's name; ``-<8 hex of its path>`` appended where two bags share a name)."""
@@ -121,12 +118,12 @@ def find_bags(inputs: Sequence[str | Path]) -> list[BagEntry]:
             raise FleetUsageError(f"{item}: no such file or folder")
         for bag, missing in _expand(path, "argument", seen_manifests):
             found.setdefault(bag.resolve(), missing)
-    names = {path: _safe(path.stem if path.is_file() else path.name) for path in found}
-    clashes = Counter(names.values())
+    names = {path: safe_name((path.stem if path.is_file() else path.name) or "bag") for path in found}
+    clashes = Counter(name.casefold() for name in names.values())
     entries = []
     for path, missing in found.items():
         name = names[path]
-        if clashes[name] > 1:
+        if clashes[name.casefold()] > 1:
             name = f"{name}-{hashlib.sha1(str(path).encode()).hexdigest()[:8]}"
         entries.append(BagEntry(path, name, _size(path), missing))
     return entries

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from wam_diff2_ros.core.markup import write_page
 from wam_diff2_ros.fleet.results import DONE, ODOMETRY_NAME, BagRecord, bags_root, write_json
 from wam_diff2_ros.replay import evaluation
 from wam_diff2_ros.replay.candidates import candidate_pairs, candidate_summary
@@ -227,7 +228,7 @@ def write_report(out: Path, report: dict[str, Any]) -> list[Path]:
     plots = _plots(out, report, pooled)
     report["plots"] = [str(p.relative_to(out)) for p in plots]
     write_json(out / REPORT_JSON, report)
-    (out / REPORT_MD).write_text(markdown(report), encoding="utf-8")
+    write_page(out / REPORT_MD, markdown(report))
     return [out / REPORT_JSON, out / REPORT_MD, *plots]
 
 

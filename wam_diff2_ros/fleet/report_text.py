@@ -7,8 +7,8 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
-from wam_diff2_ros.core.tables import markdown_cell, markdown_table, number, percent
-from wam_diff2_ros.replay.html_safe import escape_text
+from wam_diff2_ros.core.markup import markdown_cell
+from wam_diff2_ros.core.tables import markdown_table, number, percent
 
 LABELS = ("1s", "2s", "3s", "4s")
 
@@ -41,7 +41,8 @@ def markdown(report: Mapping[str, Any]) -> str:
     lines = [
         "# Fleet evaluation",
         "",
-        f"Model {escape_text(settings.get('model', '?'))} (sha256 {str(settings.get('model_sha256', '?'))[:16]}), "
+        f"Model {markdown_cell(settings.get('model', '?'))} "
+        f"(sha256 {markdown_cell(str(settings.get('model_sha256', '?'))[:16])}), "
         f"{report['bags_total']} bag(s): {report['bags_done']} replayed, {report['bags_failed']} failed. "
         f"{pooled['planning_instants']} planning instant(s), {pooled['blocked']} blocked. "
         "ADE/FDE against each bag's odometry, pooled over instants.",
@@ -75,7 +76,7 @@ def markdown(report: Mapping[str, Any]) -> str:
             + "; ".join(f"{markdown_cell(r)} ({n}x)" for r, n in pooled["invalid_reasons"].items())
         ]
         lines += [""]
-    lines += [*(f"![{p.rsplit('/', 1)[-1]}]({p})" for p in report.get("plots", [])), ""]
+    lines += [*(f"![{markdown_cell(p.rsplit('/', 1)[-1])}]({quote(p)})" for p in report.get("plots", [])), ""]
     lines += ["## Bags", ""]
     rows = []
     for bag in report["bags"]:

@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from wam_diff2_ros.core.markup import write_page
 from wam_diff2_ros.core.parsing import parse_waypoints
 from wam_diff2_ros.core.planning import describe_decoding
 from wam_diff2_ros.core.tables import number
@@ -101,7 +102,7 @@ def finish(
         notes.append(f"report.html skipped: {type(exc).__name__}: {exc}")
     summary = _summary_text(topic_map, metrics, plots, out)
     summary_path = out / "summary.txt"
-    summary_path.write_text(summary, encoding="utf-8")
+    write_page(summary_path, summary)
     return ReplayResult(
         exit_code=exit_code,
         out_dir=out,

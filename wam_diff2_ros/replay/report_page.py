@@ -4,7 +4,9 @@ The page holds its data as embedded JSON and draws everything client-side (no ne
 plan): the summary metrics, the error over the horizon (SVG), a sortable, filterable, paginated table of every
 planning instant (one row per ``predictions.jsonl`` line) and, for the row clicked, the predicted and the actual
 path over a bird's-eye view (canvas); a rejected plan's waypoints are drawn dashed red. Waypoints are rounded to
-centimetres; 5,000 plans stay a few MB.
+centimetres; 5,000 plans stay a few MB. Every text on the page is escaped and shortened
+(:mod:`wam_diff2_ros.core.markup`: the model's answer to :data:`RAW_TEXT_CHARS`, any other text to
+``PAGE_TEXT_CHARS``; the full texts are in ``predictions.jsonl``); NaN and infinities are shown empty.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from wam_diff2_ros.replay.html_safe import embed_json, escape_text, fill_template
+from wam_diff2_ros.core.markup import embed_json, escape_text, fill_template, write_page
 
 TEMPLATE = "report_page.html"
 RAW_TEXT_CHARS = 400  # the model's answer shown per plan (the full text is in predictions.jsonl)
@@ -175,6 +177,4 @@ def write_report_page(
         "DATA": embed_json(data),
     }
     template = resources.files("wam_diff2_ros.replay").joinpath(TEMPLATE).read_text(encoding="utf-8")
-    page = fill_template(template, values)
-    path.write_text(page, encoding="utf-8")
-    return path
+    return write_page(path, fill_template(template, values))

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from wam_diff2_ros.core.markup import write_page
 from wam_diff2_ros.core.tables import figure, markdown_table
 from wam_diff2_ros.replay.confidence_analysis import decoding_summary, load_records
 from wam_diff2_ros.replay.errors import EXIT_OK
@@ -132,7 +133,7 @@ def write_curve(rows: Sequence[dict[str, Any]], out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     json_path, table_path, plot_path = (out / f"deadline_curve.{ext}" for ext in ("json", "md", "png"))
     json_path.write_text(json.dumps(list(rows), indent=2) + "\n", encoding="utf-8")
-    table_path.write_text(curve_table(rows), encoding="utf-8")
+    write_page(table_path, curve_table(rows))
     plot_curve(rows, plot_path)
     return [json_path, table_path, plot_path]
 
