@@ -31,7 +31,7 @@ def _bag_link(bag: Mapping[str, Any]) -> str:
     if not target:
         return str(bag["name"])
     text = str(bag["name"]).replace("[", "\\[").replace("]", "\\]")
-    return f"[{text}]({quote(str(target))})"  # the target percent-encoded: no ")" or space can end it
+    return f"[{text}]({quote(str(target), errors='replace')})"  # percent-encoded: no ")" or space can end it
 
 
 def markdown(report: Mapping[str, Any]) -> str:
