@@ -99,6 +99,8 @@ def test_resume_keeps_finished_samples_and_retries_failures(eval_dir):
     records[0]["prediction"] = "kept from the first run"
     path.write_text(json.dumps(records))
     (eval_dir / "data" / "imgs" / "nope.png").write_bytes((eval_dir / "data" / "imgs" / "1.png").read_bytes())
+    code, refused = run(eval_dir)  # neither --resume nor --overwrite: the earlier output is not touched
+    assert code == 2 and refused == records
     code, resumed = run(eval_dir, "--resume")
     assert code == 0
     assert resumed[0]["prediction"] == "kept from the first run"
@@ -184,6 +186,7 @@ def test_flags_stay_the_references_and_defaults_come_from_the_core():
         "--confidence_threshold", "--engine", "--no_cuda_graphs", "--deadline_ms", "--min_pixels",
         "--max_pixels",
         "--device", "--dtype", "--seed", "--resume", "--batch_size", "--padding_side", "--save_every", "--no_progress",
+        "--overwrite",
     }  # fmt: skip
     args = parser.parse_args(["--model_id", "m", "--input_file", "i.json", "--output_file", "o.json"])
     d = DecodeConfig()

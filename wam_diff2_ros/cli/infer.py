@@ -75,6 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--dtype", default="bfloat16", help="bfloat16 | float16 | float32 (default: bfloat16)")
     parser.add_argument("--seed", type=int, default=None, help="seed every decode call (sampling reproducible)")
     parser.add_argument("--resume", action="store_true", help="keep finished samples of an existing output file")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing output file")
     parser.add_argument("--batch_size", type=int, default=1, help="samples decoded together (default 1)")
     parser.add_argument("--padding_side", default="left", choices=["left", "right"], help="batch padding side")
     parser.add_argument("--save_every", type=int, default=10, help="rewrite the output every N samples")
@@ -115,6 +116,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         shard = Shard.from_env(len(samples))
         final = shard.world_size <= 1
         target = output_path if final else shard.path_for(output_path)
+        if output_path.exists() and not (args.resume or args.overwrite):
+            raise UsageError(f"--output_file {output_path} exists: pass --resume to keep its finished samples or "
+                             "--overwrite to replace it")  # fmt: skip
         done = load_finished(output_path) if args.resume else {}
     except UsageError as exc:
         toolkit.error(PROG, exc)

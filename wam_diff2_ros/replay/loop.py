@@ -50,7 +50,7 @@ def _prepare_out_dir(out: Path, overwrite: bool) -> None:
         )
     for name in existing:  # only the replay's own outputs; anything else in the folder stays
         path = out / name
-        if path.is_dir():
+        if path.is_dir() and not path.is_symlink():  # a link is removed, never what it leads to
             shutil.rmtree(path)
         else:
             path.unlink()
