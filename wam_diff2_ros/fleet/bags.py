@@ -48,13 +48,15 @@ def _is_bag_folder(path: Path) -> bool:
     return path.is_dir() and (path / "metadata.yaml").is_file()
 
 
-def _expand(path: Path, origin: str, seen_manifests: set[Path]) -> Iterable[tuple[Path, str | None]]:
-    """(bag path, why it is missing) for one input."""
+def _expand(
+    path: Path, origin: str, seen_manifests: set[Path], exclude: Path | None = None
+) -> Iterable[tuple[Path, str | None]]:
+    """(bag path, why it is missing) for one input; folders at or below ``exclude`` are not searched."""
     if not path.exists():
         yield path, f"{origin}: no such file or folder"
         return
     if path.is_dir():
-        bags = list(_scan(path))
+        bags = list(_scan(path, exclude))
         if not bags:
             if origin == "argument":
                 raise FleetUsageError(f"{path}: no bag inside (looked for metadata.yaml, *.mcap, *.db3)")
@@ -67,22 +69,25 @@ def _expand(path: Path, origin: str, seen_manifests: set[Path]) -> Iterable[tupl
     elif path.suffix in STORAGE_SUFFIXES:
         yield path, None
     else:
-        yield from _manifest(path, seen_manifests)
+        yield from _manifest(path, seen_manifests, exclude)
 
 
-def _scan(folder: Path) -> Iterable[Path]:
-    """Bag folders and storage files at or below ``folder`` (not inside a bag folder), in name order."""
+def _scan(folder: Path, exclude: Path | None = None) -> Iterable[Path]:
+    """Bag folders and storage files at or below ``folder`` (not inside a bag folder, nor at or below
+    ``exclude``), in name order."""
+    if exclude is not None and folder.resolve().is_relative_to(exclude):
+        return
     if _is_bag_folder(folder):
         yield folder
         return
     for child in sorted(folder.iterdir()):
         if child.is_dir():
-            yield from _scan(child)
+            yield from _scan(child, exclude)
         elif child.suffix in STORAGE_SUFFIXES:
             yield child
 
 
-def _manifest(path: Path, seen_manifests: set[Path]) -> Iterable[tuple[Path, str | None]]:
+def _manifest(path: Path, seen_manifests: set[Path], exclude: Path | None) -> Iterable[tuple[Path, str | None]]:
     resolved = path.resolve()
     if resolved in seen_manifests:
         raise FleetUsageError(f"manifest {path} includes itself")
@@ -96,7 +101,7 @@ def _manifest(path: Path, seen_manifests: set[Path]) -> Iterable[tuple[Path, str
         if line:
             entry = Path(line).expanduser()
             entry = entry if entry.is_absolute() else path.parent / entry
-            yield from _expand(entry, f"manifest {path} line {number}", seen_manifests)
+            yield from _expand(entry, f"manifest {path} line {number}", seen_manifests, exclude)
 
 
 def _size(path: Path) -> int:
@@ -105,9 +110,12 @@ def _size(path: Path) -> int:
     return path.stat().st_size if path.is_file() else 0
 
 
-def find_bags(inputs: Sequence[str | Path]) -> list[BagEntry]:
+def find_bags(inputs: Sequence[str | Path], out: Path | None = None) -> list[BagEntry]:
     """The bags named by ``inputs`` (see the module docstring), each once, with unique result folder names (the
-    bag's name; ``-<8 hex of its path>`` appended where two bags share a name)."""
+    bag's name as a slug, :func:`~wam_diff2_ros.core.safe_names.safe_name`; ``-<8 hex of its path>`` appended where
+    two bags share a name). Folders searched skip the output folder ``out``; a bag named inside it, or an ``out``
+    inside a bag, is refused (the results would replace or be read as bags)."""
+    exclude = None if out is None else Path(out).expanduser().resolve()
     if not inputs:
         raise FleetUsageError("no bags: pass bag folders, directories of bags or a manifest")
     found: dict[Path, str | None] = {}
@@ -116,8 +124,13 @@ def find_bags(inputs: Sequence[str | Path]) -> list[BagEntry]:
         path = Path(item).expanduser()
         if not path.exists():
             raise FleetUsageError(f"{item}: no such file or folder")
-        for bag, missing in _expand(path, "argument", seen_manifests):
-            found.setdefault(bag.resolve(), missing)
+        if exclude is not None and path.resolve().is_relative_to(exclude):
+            raise FleetUsageError(f"{item}: inside --out {out}; choose an --out outside the bags")
+        for bag, missing in _expand(path, "argument", seen_manifests, exclude):
+            bag = bag.resolve()
+            if exclude is not None and (bag.is_relative_to(exclude) or exclude.is_relative_to(bag)):
+                raise FleetUsageError(f"{bag}: the bag and --out {out} overlap; choose an --out outside the bags")
+            found.setdefault(bag, missing)
     names = {path: safe_name((path.stem if path.is_file() else path.name) or "bag") for path in found}
     clashes = Counter(name.casefold() for name in names.values())
     entries = []

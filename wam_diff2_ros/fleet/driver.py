@@ -17,6 +17,7 @@ from wam_diff2_ros.fleet.results import (
     FAILED,
     SKIPPED,
     BagRecord,
+    foreign_folders,
     read_record,
     record_failure,
     remove_leftovers,
@@ -89,10 +90,16 @@ def run_fleet(options: FleetOptions, stream: TextIO | None = None) -> FleetResul
     :class:`~wam_diff2_ros.fleet.pool.FleetSetupError` when Ray cannot start; every bag's failure is recorded."""
     stream = stream or sys.stderr
     started = time.perf_counter()
-    entries = find_bags(options.inputs)
     out = options.out
+    entries = find_bags(options.inputs, out)
     if out.exists() and not out.is_dir():
         raise FleetUsageError(f"--out {out}: exists and is not a directory")
+    foreign = foreign_folders(out, [e.name for e in entries])
+    if foreign:
+        raise FleetUsageError(
+            f"{foreign[0]}: exists and is not a fleet result (no fleet.json); the fleet replaces only its own "
+            "results: move it or choose another --out"
+        )
     out.mkdir(parents=True, exist_ok=True)
     remove_leftovers(out)
     fingerprints = Fingerprints(out / HASH_CACHE_NAME)

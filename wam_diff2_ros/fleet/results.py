@@ -109,6 +109,13 @@ def read_record(out: Path, name: str) -> BagRecord | None:
         return None
 
 
+def foreign_folders(out: Path, names: list[str]) -> list[Path]:
+    """The bags' result folders that exist but hold no fleet result (no readable ``fleet.json``): the fleet never
+    replaces those."""
+    folders = [bags_root(out) / name for name in names]
+    return [f for f in folders if (f.exists() or f.is_symlink()) and read_record(out, f.name) is None]
+
+
 def reusable(out: Path, name: str, key: str) -> BagRecord | None:
     """The committed record of ``name`` if it is complete for exactly this bag content and settings."""
     record = read_record(out, name)
