@@ -40,9 +40,15 @@ from wam_diff2_ros.replay.topics import OUTPUT_NAMES, OUTPUT_TOPICS, TopicMap, r
 from wam_diff2_ros.ros.schedule import InstantSchedule
 
 
-def _prepare_out_dir(out: Path, overwrite: bool) -> None:
+def _prepare_out_dir(out: Path, overwrite: bool, bag: Path | None = None) -> None:
     if out.exists() and not out.is_dir():
         raise ReplayUsageError(f"--out {out}: exists and is not a directory")
+    source = None if bag is None else Path(bag).resolve()
+    if source is not None and (
+        (source.is_dir() and out.resolve().is_relative_to(source))
+        or any(source.is_relative_to((out / name).resolve()) for name in OUTPUT_NAMES)
+    ):
+        raise ReplayUsageError(f"--out {out}: its outputs and the bag {bag} overlap; choose another folder")
     existing = [name for name in OUTPUT_NAMES if (out / name).exists()]
     if existing and not overwrite:
         raise ReplayUsageError(
@@ -126,7 +132,7 @@ def replay(
             log("detection: --detect with detection.rate_hz 0: detecting at 1 Hz")
         elif not options.detect and config.detection_rate_hz > 0:
             log(f"detection: detection.rate_hz is {config.detection_rate_hz:g}; pass --detect to replay detection too")
-        _prepare_out_dir(plan.out, options.overwrite)
+        _prepare_out_dir(plan.out, options.overwrite, options.bag)
         if engine_factory is None:
             from wam_diff2_ros.ros.node import load_engine
 

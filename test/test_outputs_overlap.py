@@ -1,6 +1,7 @@
-"""Where the fleet writes: each bag's result folder is a slug of its name inside ``--out/bags``, the fleet never
-reads its own results as bags, never replaces a folder that is not its own result, and never writes into a bag.
-Every refusal comes before anything is written (no Ray, no model)."""
+"""Where the fleet and the replay write: each bag's result folder is a slug of its name inside ``--out/bags``, the
+fleet never reads its own results as bags, never replaces a folder that is not its own result, and neither writes
+into a bag or replaces one with its outputs, ``--overwrite`` or not. Every refusal comes before anything is written
+(no Ray, no model run)."""
 
 from __future__ import annotations
 
@@ -61,3 +62,16 @@ def test_the_fleet_never_reads_or_replaces_what_is_not_its_own(tmp_path: Path, c
     assert fleet_main([str(data / "bags"), "--out", str(out), "--model", "tiny"]) == EXIT_USAGE
     assert "not a fleet result" in capsys.readouterr().err
     assert sorted(p.name for p in out.rglob("*")) == ["bags", "drive1", "notes.txt"]
+
+
+def test_the_replay_never_writes_over_or_into_its_bag(tmp_path: Path, capsys) -> None:
+    pytest.importorskip("rclpy", reason="the replay needs rclpy (install the PyPI ROS 2 wheels)")
+    from wam_diff2_ros.cli.replay import main as replay_main
+    from wam_diff2_ros.sim import make_sample_bag
+
+    bag = make_sample_bag(tmp_path / "runs" / "out", seconds=1.0, width=160, height=120).path  # named as out/
+    before = sorted((p.name, p.stat().st_size) for p in bag.iterdir())
+    for out in (tmp_path / "runs", bag, bag / "eval"):  # its out/ would be the bag; --out is the bag; inside it
+        assert replay_main([str(bag), "--out", str(out), "--model", "tiny", "--overwrite"]) == EXIT_USAGE
+        assert "overlap" in capsys.readouterr().err
+    assert sorted((p.name, p.stat().st_size) for p in bag.iterdir()) == before
