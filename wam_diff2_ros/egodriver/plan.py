@@ -47,11 +47,12 @@ class LocalPlan:
         """When the last waypoint is due."""
         return self.times_us[-1] if self.times_us else 0
 
-    def retimed(self, now_us: int, anchor: Pose) -> Trajectory | None:
+    def retimed(self, now_us: int, anchor: Pose, query_us: int | None = None) -> Trajectory | None:
         """The plan in the rig frame at ``anchor`` (the latest ego pose): the current pose at ``now_us``, then the
-        waypoints due after it; None when no waypoint is due after ``now_us`` (the plan ran out)."""
+        waypoints due after it; None when the plan has run out: no waypoint is due after ``now_us``, or (with
+        ``query_us``, the instant the runtime steps to next) the last one is due before ``query_us``."""
         ahead = [(t, p) for t, p in zip(self.times_us, self.poses, strict=True) if t > now_us]
-        if not ahead:
+        if not ahead or (query_us is not None and ahead[-1][0] < query_us):
             return None
         inverse = anchor.inverse()
         trajectory = Trajectory([now_us], [Pose.identity()])

@@ -90,13 +90,22 @@ class SessionPlanner:
     """The planner of one session (see the module docstring)."""
 
     def __init__(
-        self, session: SessionState, config: NodeConfig, engine: Any, camera: str, rule: RouteRule, wait: bool
+        self,
+        session: SessionState,
+        config: NodeConfig,
+        engine: Any,
+        camera: str,
+        rule: RouteRule,
+        wait: bool = False,
+        plan_interval_s: float = 0.0,
     ) -> None:
         self.uuid = session.uuid
         self.camera = camera
         self.config = config
         self.rule = rule
         self.wait = wait
+        self.plan_interval_us = round(plan_interval_s * 1e6)
+        self.last_plan_frame_us: int | None = None
         self.now_ns = 0
         self.runtime = PlannerRuntime(config, engine, clock=lambda: self.now_ns)
         self.rows: dict[str, InputRow] = {
@@ -187,7 +196,10 @@ class SessionPlanner:
         self._feed_route(session, now_us, report)
         new_frame = self._feed_frame(session, report)
         planned = False
-        if new_frame:
+        due = self.last_plan_frame_us is None or (
+            self.last_frame_us is not None and self.last_frame_us - self.last_plan_frame_us >= self.plan_interval_us
+        )
+        if new_frame and due:
             if gate.acquire(self.wait):
                 try:
                     planned = self._plan(session, report)
@@ -196,10 +208,11 @@ class SessionPlanner:
             else:
                 report.notes.append("the model is busy with another session: the plan in force answers")
         report.scalars["planned"] = 1.0 if planned else 0.0
-        return self._answer(session, now_us, report, planned)
+        return self._answer(ctx, report, planned)
 
     def _plan(self, session: SessionState, report: DriveReport) -> bool:
         """One model call on the newest frame; True when it was made (valid or not)."""
+        self.last_plan_frame_us = self.last_frame_us
         try:
             cycle = self.runtime.plan(self.now_ns)
         except Exception as exc:  # the engine failed: reported, the plan in force answers
@@ -230,7 +243,8 @@ class SessionPlanner:
         self.plan_stamp_us = stamp_us
         return True
 
-    def _answer(self, session: SessionState, now_us: int, report: DriveReport, planned: bool) -> DriveResult:
+    def _answer(self, ctx: DriveContext, report: DriveReport, planned: bool) -> DriveResult:
+        session, now_us = ctx.session, ctx.time_now_us
         with session.lock:
             anchor = session.latest_pose()
             speed = session.speed_mps()
@@ -238,7 +252,7 @@ class SessionPlanner:
         trajectory: Trajectory | None = None
         sampled: list[Trajectory] = []
         if self.plan is not None:
-            trajectory = self.plan.retimed(now_us, anchor)
+            trajectory = self.plan.retimed(now_us, anchor, max(ctx.time_query_us, now_us))
         if trajectory is not None:
             fresh = planned and self.plan_stamp_us == self.last_frame_us and report.scalars.get("valid") == 1.0
             report.scalars["source"] = SOURCE_NEW_PLAN if fresh else SOURCE_PLAN_IN_FORCE
