@@ -431,6 +431,22 @@ def test_a_non_finite_state_is_an_error(serve: Any) -> None:
     runtime.close()
 
 
+def test_a_non_finite_pose_is_an_error_and_the_answer_stays_finite(serve: Any) -> None:
+    runtime = Runtime(serve(scripted_policy()))
+    runtime.start()
+    for k in range(4):
+        runtime.step(k)
+    request = RolloutEgoTrajectory(session_uuid=runtime.session)
+    request.trajectory.CopyFrom(Trajectory([4 * STEP_US], [Pose.from_xyz_yaw(math.nan, 0.0, 0.0, 0.0)]).to_proto())
+    request.dynamic_states.append(DynamicState(linear_velocity=Vec3(x=3.0)))
+    runtime.stub.submit_egomotion_observation(request, timeout=10)
+    plan, scalars = runtime.drive(4 * STEP_US)
+    assert any("the pose at 400000 us is not finite" in e for e in errors(scalars)), scalars
+    assert np.all(np.isfinite(plan.positions)) and scalars["source"] == SOURCE_PLAN_IN_FORCE
+    assert np.allclose(plan.positions[0], [0.9, 0.0, 0.0])  # the last finite pose (step 3) anchors the answer
+    runtime.close()
+
+
 def test_a_route_of_one_point_is_an_error_and_the_held_command_stays(serve: Any) -> None:
     runtime = Runtime(serve(scripted_policy()))
     runtime.start()

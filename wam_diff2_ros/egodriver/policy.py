@@ -106,6 +106,13 @@ class WamDiff2Driver(BaseDriver):
         with self._planners_lock:
             self._planners.pop(session.uuid, None)
 
+    def on_egomotion(self, session: SessionState, new_poses: Any) -> None:
+        """Non-finite poses are taken out of the session at once (:meth:`SessionPlanner.drop_non_finite_poses`)."""
+        with self._planners_lock:
+            planner = self._planners.get(session.uuid)
+        if planner is not None:
+            planner.drop_non_finite_poses(session)
+
     def drive(self, ctx: DriveContext) -> DriveResult:
         """Feed the session's new observations, plan when due, answer (:class:`~.session.SessionPlanner`)."""
         with self._planners_lock:

@@ -114,6 +114,7 @@ class SessionPlanner:
         self.hold = CommandHold(config.turn_signal_hold_s)
         self.default_command = config.sync.default_command
         self.fed_poses = 0
+        self.dropped: list[str] = []  # non-finite egomotion poses taken out of the session, reported at the next drive
         self.last_frame_us: int | None = None
         self.last_route_us: int | None = None
         self.plan: LocalPlan | None = None
@@ -123,12 +124,30 @@ class SessionPlanner:
 
     # ---- feeding
 
+    def drop_non_finite_poses(self, session: SessionState) -> None:
+        """Take the egomotion poses that are not finite (and their states) out of the session as they arrive, so the
+        latest pose, which anchors every answer, stays a finite one; each is reported at the next drive."""
+        with session.lock:
+            trajectory = session.ego_trajectory
+            keep = [k < self.fed_poses or _finite(pose) for k, pose in enumerate(trajectory.poses)]
+            if all(keep):
+                return
+            for k, kept in enumerate(keep):
+                if not kept:
+                    self.dropped.append(f"egomotion: the pose at {trajectory.timestamps_us[k]} us is not finite")
+            trajectory.timestamps_us[:] = [t for t, kept in zip(trajectory.timestamps_us, keep, strict=True) if kept]
+            trajectory.poses[:] = [p for p, kept in zip(trajectory.poses, keep, strict=True) if kept]
+            if len(session.dynamic_states) == len(keep):
+                session.dynamic_states[:] = [d for d, kept in zip(session.dynamic_states, keep, strict=True) if kept]
+
     def _feed(self, role: str, msg: Any, stamp: int, report: DriveReport) -> None:
         problem = receive(self.rows[role], msg, stamp)
         if problem is not None:
             report.errors.append(str(problem))
 
     def _feed_egomotion(self, session: SessionState, report: DriveReport) -> None:
+        report.errors.extend(self.dropped)
+        self.dropped.clear()
         with session.lock:
             times = list(session.ego_trajectory.timestamps_us[self.fed_poses :])
             poses = list(session.ego_trajectory.poses[self.fed_poses :])
