@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import math
 import pickle
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -43,6 +44,7 @@ from carla_driver_interface.protocol import (
 )
 from carla_driver_interface.server import build_server
 from carla_driver_interface.testing import FakeCamera, FakeLoop
+from core_helpers import wait_until
 from scripted_engine import ScriptedEngine, ScriptedGeneration
 
 from wam_diff2_ros.core.kinematics import COMFORTABLE_DECEL_MPS2
@@ -96,6 +98,22 @@ class RejectingEngine(ScriptedEngine):
             self.plans += 1
             if self.plans > self.valid_calls:
                 return ScriptedGeneration("I will not plan today")
+        return super().generate(prompt, *args, **kwargs)
+
+
+class BlockingEngine(ScriptedEngine):
+    """The scripted engine; once ``armed``, a plan waits in the engine until the test sets ``release``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.armed = False
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def generate(self, prompt: str, *args: Any, **kwargs: Any) -> Any:
+        if self.armed and "navigation information is" in prompt:
+            self.entered.set()
+            assert self.release.wait(30), "the test never released the engine"
         return super().generate(prompt, *args, **kwargs)
 
 
@@ -483,6 +501,42 @@ def test_two_sessions_side_by_side_do_not_mix(serve: Any) -> None:
     assert right_plan.positions[-1][0] == pytest.approx(6.0 * 0.4 + 6.0 * 4.0, abs=1e-3)
     left.close()
     right.close()
+
+
+@pytest.mark.parametrize("cadence", ["free", "wait"])
+def test_a_busy_model_is_waited_for_at_most_once(cadence: str, serve: Any) -> None:
+    engine = BlockingEngine()
+    policy = scripted_policy(engine, cadence=cadence)
+    address = serve(policy)
+    first, second = Runtime(address), Runtime(address)
+    first.start()
+    second.start()
+    for k in range(3):
+        first.step(k)
+        second.step(k)
+    engine.armed = True
+    answers: dict[str, dict[str, float]] = {}
+    busy = threading.Thread(target=lambda: answers.update(first=first.step(3)[1]))
+    busy.start()
+    assert engine.entered.wait(30)  # the first session's plan is in the model now
+    if cadence == "free":  # the second session does not wait: the plan in force answers at once
+        _, answers["second"] = second.step(3)
+        engine.release.set()
+    else:  # the second session waits for that one call, then plans
+        waiting = threading.Thread(target=lambda: answers.update(second=second.step(3)[1]))
+        waiting.start()
+        assert wait_until(lambda: policy.gate.waiting == 1, 30)
+        engine.release.set()
+        waiting.join(30)
+    busy.join(30)
+    assert answers["first"]["planned"] == 1.0 and answers["first"]["source"] == SOURCE_NEW_PLAN
+    if cadence == "free":
+        assert answers["second"]["planned"] == 0.0 and answers["second"]["source"] == SOURCE_PLAN_IN_FORCE
+        assert any("the model is busy" in key for key in answers["second"])
+    else:
+        assert answers["second"]["planned"] == 1.0 and answers["second"]["source"] == SOURCE_NEW_PLAN
+    first.close()
+    second.close()
 
 
 # ---- the alpasim payload, the candidates

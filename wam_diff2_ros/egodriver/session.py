@@ -66,13 +66,16 @@ class ModelGate:
         self._condition = threading.Condition()
         self._busy = False
         self._ended = 0
+        self.waiting = 0  # callers waiting for the call in progress to end
 
     def acquire(self, wait: bool) -> bool:
         """True when the caller now holds the model (it must :meth:`release` it)."""
         with self._condition:
             if self._busy and wait:
                 ended = self._ended
+                self.waiting += 1
                 self._condition.wait_for(lambda: self._ended != ended)
+                self.waiting -= 1
             if self._busy:
                 return False
             self._busy = True
