@@ -52,6 +52,8 @@ from wam_diff2_ros.egodriver.plan import LocalPlan, comfortable_stop
 from wam_diff2_ros.egodriver.policy import WamDiff2Driver
 from wam_diff2_ros.egodriver.session import SOURCE_NEW_PLAN, SOURCE_PLAN_IN_FORCE, SOURCE_STOP
 
+pytestmark = pytest.mark.ros
+
 CAMERA = FakeCamera(logical_id="camera_front", width=96, height=64)
 STEP_US = 100_000
 
@@ -249,6 +251,7 @@ def run_fake_loop(address: str, steps: int, speed: float = 3.0) -> tuple[Any, li
         channel.close()
 
 
+@pytest.mark.slow  # the models' load (about 15 s each, once per module) and their decodes on a CPU
 @pytest.mark.parametrize("transport", ["tcp", "unix"])
 @pytest.mark.parametrize("model", ["tiny", "demo"])
 def test_the_fake_loop_drives_the_served_model(model: str, transport: str, serve: Any, request: Any) -> None:

@@ -187,11 +187,12 @@ class SessionPlanner:
         return True
 
     def _feed_route(self, session: SessionState, now_us: int, report: DriveReport) -> None:
-        """The route's command, held; nothing without a route (the runtime then uses ``command.default``)."""
+        """The route's command, held; nothing without a route, or with an empty one (the runtime then uses
+        ``command.default`` once the last command is older than ``command.max_age_s``)."""
         with session.lock:
             route = np.array(session.route_waypoints_in_rig, dtype=np.float64)
             route_us = int(session.route_timestamp_us)
-        if len(route) == 0 and self.last_route_us is None:
+        if len(route) == 0:  # no route (or none any more): the command in force ages into command.default
             return
         self.last_route_us = route_us
         try:
