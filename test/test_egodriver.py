@@ -599,3 +599,25 @@ def test_a_comfortable_stop_follows_the_path_and_brakes_at_the_comfortable_rate(
     assert np.allclose(distances, expected, atol=0.05)  # arc length along the bending path
     # standing after 4 m: 2 m straight, then 2 m along the segment to (4, 1)
     assert times[-1] >= 4.0 and stop.positions[-1][:2] == pytest.approx([2.0 + 4.0 / math.sqrt(5), 2.0 / math.sqrt(5)])
+
+
+# ---- the console script's refusals (nothing is served)
+
+
+@pytest.mark.parametrize(
+    ("argv", "code", "says"),
+    [
+        (["--model", "tiny"], 2, "one of the arguments --port --socket --fake-loop is required"),
+        (["--model", "tiny", "--port", "1", "--socket", "x.sock"], 2, "not allowed with"),
+        (["--model", "tiny", "--port", "70000"], 2, "--port must be <= 65535"),
+        (["--model", "/nonexistent/checkpoint", "--port", "0"], 3, "not a directory"),
+        (["--model", "tiny", "--port", "0", "--params", "/nonexistent.yaml"], 3, "parameter file /nonexistent.yaml"),
+        (["--model", "tiny", "--port", "0", "--route-lookahead", "-1"], 3, "lookahead_m must be"),
+        (["--model", "tiny", "--fake-loop", "5", "--size", "10x10"], 2, "--size 10x10"),
+    ],
+)
+def test_the_console_script_refuses_bad_arguments(argv: list[str], code: int, says: str, capsys: Any) -> None:
+    from wam_diff2_ros.cli.egodriver import main
+
+    assert main(argv) == code
+    assert says in capsys.readouterr().err

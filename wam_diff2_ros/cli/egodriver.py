@@ -24,7 +24,8 @@ def build_parser() -> toolkit.Parser:
         prog=PROG,
         description="Serve WAM-Diff2 as an egodriver policy (AlpaSim's egodriver.EgodriverService, "
         "carla-driver-interface's contract) on a TCP port or a unix socket.",
-        epilog="Exit codes: 0 stopped; 2 usage error; 3 the model or the parameter file cannot be used.",
+        epilog="Exit codes: 0 stopped; 2 usage error; 3 the model, the parameter file or a policy option cannot be "
+        "used (nothing served).",
     )
     parser.add_argument(
         "--model",
@@ -44,6 +45,8 @@ def build_parser() -> toolkit.Parser:
     parser.add_argument(
         "--plan-interval", type=float, default=0.0, help="plan on a frame this long after the last planned one (s)"
     )
+    parser.add_argument("--route-lookahead", type=float, help="route rule: the target point's distance (m)")
+    parser.add_argument("--route-lateral-threshold", type=float, help="route rule: left/right beyond this (m)")
     parser.add_argument("--device", help="model.device: auto, cpu, cuda, ...")
     parser.add_argument("--size", default="320x180", help="--fake-loop: camera image WIDTHxHEIGHT (default 320x180)")
     parser.add_argument(
@@ -83,6 +86,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             camera=args.camera,
             cadence=args.cadence,
             plan_interval_s=args.plan_interval,
+            route_lookahead_m=args.route_lookahead,
+            route_lateral_threshold_m=args.route_lateral_threshold,
             device=args.device,
         )
     except PolicyConfigError as exc:
