@@ -6,7 +6,8 @@ latest ego pose, led by the current pose at ``time_now_us`` and followed by the 
 (:meth:`LocalPlan.retimed`). When none is ahead any more (the plan ran out), the answer is a comfortable stop
 (:func:`comfortable_stop`): from the current speed at the closed loop's comfortable deceleration
 (:data:`~wam_diff2_ros.core.kinematics.COMFORTABLE_DECEL_MPS2`) along the rest of the last plan's path, extended
-straight (straight ahead without one) — never a swerve, never harder braking.
+straight (straight ahead without one) — never a swerve, never harder braking. The stop is then held like a plan,
+re-timed, until it runs out or a valid plan replaces it.
 """
 
 from __future__ import annotations
@@ -41,6 +42,11 @@ class LocalPlan:
             times.append(stamp_us + round(waypoint.t * 1e6))
             poses.append(pose_at_stamp @ Pose.from_xyz_yaw(waypoint.x, waypoint.y, 0.0, waypoint.yaw))
         return cls(tuple(times), tuple(poses))
+
+    @classmethod
+    def from_trajectory(cls, trajectory_in_rig: Trajectory, anchor: Pose) -> LocalPlan:
+        """A rig-frame trajectory at ``anchor`` (the ego pose it was made at) moved into ``local``."""
+        return cls(tuple(trajectory_in_rig.timestamps_us), tuple(anchor @ p for p in trajectory_in_rig.poses))
 
     @property
     def end_us(self) -> int:

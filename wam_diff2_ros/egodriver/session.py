@@ -121,6 +121,7 @@ class SessionPlanner:
         self.last_frame_us: int | None = None
         self.last_route_us: int | None = None
         self.plan: LocalPlan | None = None
+        self.stop: LocalPlan | None = None  # the stop in force, once the plan in force has run out
         self.candidates: tuple[LocalPlan, ...] = ()
         self.plan_stamp_us = 0
         self.lock = threading.Lock()
@@ -258,6 +259,7 @@ class SessionPlanner:
             report.errors.append("no ego pose at the frame's time: the plan cannot be placed")
             return True
         self.plan = LocalPlan.from_waypoints(result.waypoints, stamp_us, at_stamp)
+        self.stop = None
         self.candidates = tuple(
             LocalPlan.from_waypoints(c.waypoints, stamp_us, at_stamp)
             for c in result.candidates
@@ -282,8 +284,7 @@ class SessionPlanner:
             report.scalars["plan_age_s"] = (now_us - self.plan_stamp_us) / 1e6
             sampled = [t for t in (c.retimed(now_us, anchor) for c in self.candidates) if t is not None]
         else:
-            path = self.plan.path_ahead(now_us, anchor) if self.plan is not None else None
-            trajectory = comfortable_stop(now_us, speed, path)
+            trajectory = self._stop(now_us, max(ctx.time_query_us, now_us), anchor, speed)
             report.scalars["source"] = SOURCE_STOP
         command = self.hold.command if self.last_route_us is not None else None
         command = command or self.default_command
@@ -296,6 +297,17 @@ class SessionPlanner:
             sampled_trajectories_in_rig=sampled,
             turn_indicator=indicator,
         )
+
+    def _stop(self, now_us: int, query_us: int, anchor: Pose, speed: float) -> Trajectory:
+        """The stop in force, re-timed, while it lasts (the car brakes at one rate, whatever the speed it reports
+        on the way); else a new one from the current speed along the rest of the last plan's path."""
+        held = self.stop.retimed(now_us, anchor, query_us) if self.stop is not None else None
+        if held is not None:
+            return held
+        path = self.plan.path_ahead(now_us, anchor) if self.plan is not None else None
+        stop = comfortable_stop(now_us, speed, path)
+        self.stop = LocalPlan.from_trajectory(stop, anchor)
+        return stop
 
 
 def _finite(pose: Pose) -> bool:
