@@ -156,7 +156,7 @@ class SessionPlanner:
             times = list(session.ego_trajectory.timestamps_us[self.fed_poses :])
             poses = list(session.ego_trajectory.poses[self.fed_poses :])
             states = list(session.dynamic_states[self.fed_poses :])
-        self.fed_poses += len(times)
+            self.fed_poses += len(times)
         for t, pose, state in zip(times, poses, states, strict=True):
             if not (np.all(np.isfinite(pose.position)) and np.all(np.isfinite(pose.quat_xyzw))):
                 report.errors.append(f"egomotion: the pose at {t} us is not finite")
