@@ -241,11 +241,13 @@ class Recorder(grpc.UnaryUnaryClientInterceptor):
         return outcome
 
 
-def run_fake_loop(address: str, steps: int, speed: float = 3.0) -> tuple[Any, list[tuple[int, Any]]]:
+def run_fake_loop(
+    address: str, steps: int, speed: float = 3.0, camera: FakeCamera = CAMERA
+) -> tuple[Any, list[tuple[int, Any]]]:
     recorder = Recorder()
     channel = grpc.intercept_channel(grpc.insecure_channel(address, options=channel_options()), recorder)
     try:
-        with FakeLoop(channel, [CAMERA], initial_speed_mps=speed, timeout_s=120) as loop:
+        with FakeLoop(channel, [camera], initial_speed_mps=speed, timeout_s=120) as loop:
             return loop.run(steps), recorder.drives
     finally:
         channel.close()
@@ -256,7 +258,9 @@ def run_fake_loop(address: str, steps: int, speed: float = 3.0) -> tuple[Any, li
 @pytest.mark.parametrize("model", ["tiny", "demo"])
 def test_the_fake_loop_drives_the_served_model(model: str, transport: str, serve: Any, request: Any) -> None:
     policy = request.getfixturevalue(f"{model}_policy")
-    result, drives = run_fake_loop(serve(policy, transport), 50)
+    # the demo model answers well at 320 x 180 (at 96 x 64 its answers on the fake road are mostly rejected)
+    camera = FakeCamera(logical_id="camera_front", width=320, height=180) if model == "demo" else CAMERA
+    result, drives = run_fake_loop(serve(policy, transport), 50, camera=camera)
     assert result.steps == 50 and not result.terminated_by_policy
     assert len(drives) == 50
     scalars = [dict(d.scalars) for d in result.debug]
@@ -273,10 +277,10 @@ def test_the_fake_loop_drives_the_served_model(model: str, transport: str, serve
         assert all(s["valid"] == 0.0 and any(k.startswith("rejected: ") for k in s) for s in planned)
         assert all(s["source"] == SOURCE_STOP for s in scalars)
         assert result.speeds_mps[-1] < result.speeds_mps[0]
-    else:  # the trained demo model plans on the fake road's images
-        assert any(s["valid"] == 1.0 for s in planned)
+    else:  # the trained demo model plans on the fake road's images, and its plans drive the car on
+        assert sum(s["valid"] == 1.0 for s in planned) >= len(planned) // 2
         assert any(s["source"] == SOURCE_NEW_PLAN for s in scalars)
-        assert result.ego.positions[-1][0] > 1.0
+        assert result.ego.positions[-1][0] > 5.0 and abs(result.ego.positions[-1][1]) < 1.75  # in its lane
 
 
 # ---- the route's command

@@ -235,17 +235,19 @@ class SessionPlanner:
         return self._answer(ctx, report, planned)
 
     def _plan(self, session: SessionState, report: DriveReport) -> bool:
-        """One model call on the newest frame; True when it was made (valid or not)."""
-        self.last_plan_frame_us = self.last_frame_us
+        """One model call on the newest frame; True when it was made (valid or not). A frame the runtime could not
+        plan on (an input missing or refused) does not count for ``plan_interval_s``: the next frame is tried."""
         try:
             cycle = self.runtime.plan(self.now_ns)
         except Exception as exc:  # the engine failed: reported, the plan in force answers
+            self.last_plan_frame_us = self.last_frame_us
             report.errors.append(f"planning failed: {type(exc).__name__}: {exc}")
             return False
         report.errors.extend(str(p) for p in cycle.problems)
         result = cycle.result
         if result is None:
             return False
+        self.last_plan_frame_us = self.last_frame_us
         report.scalars["valid"] = 1.0 if result.valid else 0.0
         report.scalars["confidence"] = float(result.confidence)
         report.scalars["latency_ms"] = float(result.timing.total_ms)
