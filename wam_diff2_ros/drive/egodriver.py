@@ -243,7 +243,7 @@ class EgodriverEpisode(Episode):
         stamps = np.array([p.timestamp_us for p in trajectory.poses], dtype=np.int64)
         xy = np.array([[p.pose.vec.x, p.pose.vec.y] for p in trajectory.poses], dtype=np.float64).reshape(-1, 2)
         if len(stamps) < 2:
-            return None, f"the policy answered {len(stamps)} pose(s) (hold)"
+            return None, f"hold: the policy answered {len(stamps)} pose(s), no plan beyond the ego's pose"
         if not np.isfinite(xy).all():
             return None, "the policy's trajectory has a coordinate that is not finite"
         if np.any(np.diff(stamps) <= 0):
