@@ -7,6 +7,7 @@ controller's comfortable stop."""
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import replace
 from pathlib import Path
 
@@ -119,3 +120,56 @@ def test_a_policy_that_answers_no_trajectory_gets_the_comfortable_stop(tmp_path:
 def test_no_policy_at_the_address_is_a_usage_error(tmp_path: Path) -> None:
     with pytest.raises(DriveUsageError, match="no egodriver policy at unix:"):
         _episode(tmp_path, "straight_5", f"unix:{tmp_path / 'nobody.sock'}", 1.0)
+
+
+def test_the_packages_policy_over_grpc_drives_the_in_process_path(tmp_path: Path) -> None:
+    """The package's own policy (``WamDiff2Driver``) served over gRPC against the in-process planner, both with the
+    scripted engine, the same fixed latency and a plan on each frame when the model is free. The scripted engine
+    drives straight on along its heading, so from offset_left's start (1 m left, 3° off) the ego drifts left; the
+    world's command stays ``straight`` while the route rule would ask for ``right`` once the lane centre 20 m ahead
+    is 3 m aside (after about 2 s): with the rule's threshold at 10 m both commands are ``straight`` throughout,
+    the prompts carry the same speed and acceleration, the plans are the same and the ego paths agree within 1 cm
+    (measured: under 1e-6 m; what is left is float rounding through the contract's quaternion poses)."""
+    from scripted_engine import ScriptedEngine
+
+    from wam_diff2_ros.egodriver.policy import WamDiff2Driver
+
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    spec = replace(load_scenarios("offset_left")[0], duration_s=4.0)
+    config = node_config(str(model_dir), overrides={"planning.rate_hz": 0.0})
+    options = EpisodeOptions(out=tmp_path / "local", latency_ms=300.0, width=320, height=180, video=False, report=False)
+    local = run_episode(spec, options, config, ScriptedEngine(), log=lambda _text: None)
+    policy = WamDiff2Driver(model=str(model_dir), engine=ScriptedEngine(), route_lateral_threshold_m=10.0)
+    socket = f"unix:{tmp_path / 'wam.sock'}"
+    with serving(policy, host=socket, mode="alpasim"):
+        remote = run_episode(
+            spec, replace(options, out=tmp_path / "remote", driver=socket), config, None, log=lambda _text: None
+        )
+    assert "wam_diff2" in remote.score["model"] and remote.score["mode"] == "driver"
+    for key in ("made", "valid"):
+        assert remote.score["plans"][key] == local.score["plans"][key] > 10
+    here = {row["t"]: (row["ego"]["x"], row["ego"]["y"]) for row in _ground_truth(tmp_path / "local" / "episode")}
+    there = {row["t"]: (row["ego"]["x"], row["ego"]["y"]) for row in _ground_truth(tmp_path / "remote" / "episode")}
+    assert sorted(here) == sorted(there) and len(here) == 41
+    deviation = max(math.dist(here[t], there[t]) for t in here)
+    assert deviation < 0.01, deviation
+    drift = [row["route"]["d"] for row in _ground_truth(tmp_path / "remote" / "episode")]
+    assert drift[-1] - drift[0] > 1.0  # not a trivial path: 3° off the lane, the ego drifted left
+
+
+def test_debug_scalars_are_read_from_either_payload_and_a_pickled_class_is_never_loaded() -> None:
+    import pickle
+
+    from carla_driver_interface.protocol import CarlaDriveDebugInfo, pack_debug_info
+
+    from wam_diff2_ros.drive.egodriver import debug_scalars, policy_verdict
+
+    carla = pack_debug_info(CarlaDriveDebugInfo(policy_name="p", scalars={"valid": 0.0, "rejected: too fast": 1.0}))
+    assert debug_scalars(carla) == {"valid": 0.0, "rejected: too fast": 1.0}
+    alpasim = pickle.dumps({"policy_name": "p", "inference_seconds": 0.1, "scalars": {"valid": 1.0}})
+    assert debug_scalars(alpasim) == {"valid": 1.0}
+    assert debug_scalars(pickle.dumps({"scalars": {"x": Path("/")}})) == {}  # a class: refused, nothing loaded
+    assert debug_scalars(b"") == {} and debug_scalars(b"\x00garbage") == {}
+    assert policy_verdict({"valid": 0.0, "rejected: too fast": 1.0}) == "too fast"
+    assert policy_verdict({"valid": 1.0}) == "" and policy_verdict({}) == ""

@@ -17,7 +17,9 @@ ego's: x forward, y left, z up, origin on the ground below the rear axle — the
   10 Hz cadence); the answer, timed poses in ``local`` led by the ego at ``time_now_us``, goes to the tracker as
   a plan that takes effect after the call's measured wall time (or ``--latency-ms``), as an in-process plan does;
   fewer than two poses, times not increasing or a coordinate not finite make an invalid plan (the plan in force
-  goes on, then the controller's comfortable stop);
+  goes on, then the controller's comfortable stop). A policy that says its model's answer was rejected (debug
+  values ``valid`` 0 and ``rejected: <reason>``, as this package's policy sends them) and answers its plan in
+  force instead is followed, and the plan is counted as rejected with that reason, as in-process;
 * ``close_session`` at the end.
 
 A gRPC error on ``drive`` counts as a failed plan, as an engine error in-process (three in a row end the episode).
@@ -25,7 +27,9 @@ A gRPC error on ``drive`` counts as a failed plan, as an engine error in-process
 
 from __future__ import annotations
 
+import io
 import math
+import pickle
 import time
 import uuid
 from typing import Any
@@ -68,8 +72,7 @@ class EgodriverEpisode(Episode):
             raise DriverError(f"no egodriver policy at {address}: {_rpc_text(exc)}") from None
         self.policy_version = str(version.version_id)
         self.session = ""
-        self.pending_poses: list[tuple[int, VehicleState, float, float]] = []  # stamp us, state, yaw rate, accel
-        self.last_speed: tuple[int, float] | None = None
+        self.pending_poses: list[tuple[int, VehicleState, float]] = []  # stamp (us), state, yaw rate
 
     @property
     def planner_label(self) -> str:
@@ -133,12 +136,7 @@ class EgodriverEpisode(Episode):
 
     def _feed_motion(self, stamp_ns: int, state: VehicleState, yaw_rate: float) -> None:
         super()._feed_motion(stamp_ns, state, yaw_rate)  # the bag's odometry and acceleration
-        stamp_us = stamp_ns // 1000
-        accel = 0.0
-        if self.last_speed is not None and stamp_us > self.last_speed[0]:
-            accel = (state.v - self.last_speed[1]) / ((stamp_us - self.last_speed[0]) / 1e6)
-        self.last_speed = (stamp_us, state.v)
-        self.pending_poses.append((stamp_us, state, yaw_rate, accel))
+        self.pending_poses.append((stamp_ns // 1000, state, yaw_rate))
 
     def _submit_egomotion(self) -> None:
         from carla_driver_interface.geometry import Pose, Trajectory
@@ -148,13 +146,13 @@ class EgodriverEpisode(Episode):
             return
         poses = Trajectory.empty()
         request = RolloutEgoTrajectory(session_uuid=self.session)
-        for stamp_us, state, yaw_rate, accel in self.pending_poses:
+        for stamp_us, state, yaw_rate in self.pending_poses:
             poses.append(stamp_us, Pose.from_xyz_yaw(state.x, state.y, 0.0, state.yaw))
             request.dynamic_states.append(
                 DynamicState(
                     linear_velocity=Vec3(x=state.v, y=0.0, z=0.0),
                     angular_velocity=Vec3(x=0.0, y=0.0, z=yaw_rate),
-                    linear_acceleration=Vec3(x=accel, y=state.v * yaw_rate, z=0.0),
+                    linear_acceleration=Vec3(x=state.a, y=state.v * yaw_rate, z=0.0),
                 )
             )
         request.trajectory.CopyFrom(poses.to_proto())
@@ -230,8 +228,10 @@ class EgodriverEpisode(Episode):
         self.busy_until_ns = now_ns + latency_ns
         t_now, effective_s = self._t(now_ns), self._t(now_ns + latency_ns)
         track, reason = self._track(response.trajectory, effective_s, len(self.plans))
-        record = PlanRecord(len(self.plans), t_now, t_now, track is not None, reason, latency_ns / 1e6, effective_s)
-        if track is not None:
+        verdict = policy_verdict(debug_scalars(response.debug_info.unstructured_debug_info))
+        valid = track is not None and not verdict
+        record = PlanRecord(len(self.plans), t_now, t_now, valid, reason or verdict, latency_ns / 1e6, effective_s)
+        if track is not None:  # followed even when the policy rejected its model's answer (its plan in force)
             record.points = [[float(a), float(b)] for a, b in zip(track.x, track.y, strict=True)]
             self.tracker.submit(track)
         self.plans.append(record)
@@ -250,6 +250,41 @@ class EgodriverEpisode(Episode):
             return None, "the policy's trajectory times do not increase"
         t = (stamps * 1000 - self.options.start_ns) / 1e9
         return PlanTrack(t, xy[:, 0].copy(), xy[:, 1].copy(), effective_s, "model", index), ""
+
+
+class _ScalarsUnpickler(pickle.Unpickler):
+    """Unpickles builtin containers and numbers only: no class or function is ever looked up."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        raise pickle.UnpicklingError(f"{module}.{name} is not allowed in a debug payload")
+
+
+def debug_scalars(payload: bytes) -> dict[str, float]:
+    """The policy's debug scalars from ``DriveResponse.debug_info.unstructured_debug_info``: a
+    ``CarlaDriveDebugInfo`` (carla mode) or AlpaSim's pickled ``dict`` (alpasim mode, read without loading any
+    class); empty for anything else."""
+    from carla_driver_interface.protocol import unpack_debug_info
+
+    info = unpack_debug_info(payload)
+    if info is not None and (info.policy_name or info.scalars):
+        return {str(k): float(v) for k, v in info.scalars.items()}
+    try:
+        value = _ScalarsUnpickler(io.BytesIO(payload)).load()
+    except Exception:  # not a pickle, or one with classes in it: no scalars
+        return {}
+    scalars = value.get("scalars") if isinstance(value, dict) else None
+    if not isinstance(scalars, dict):
+        return {}
+    return {str(k): float(v) for k, v in scalars.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
+def policy_verdict(scalars: dict[str, float]) -> str:
+    """Why the policy says its model's answer was rejected (its ``valid`` 0 and ``rejected: <reason>`` debug
+    values, as this package's policy sends them), "" when it does not say so."""
+    if scalars.get("valid", 1.0) != 0.0:
+        return ""
+    reasons = [key.removeprefix("rejected: ") for key in scalars if key.startswith("rejected: ")]
+    return "; ".join(reasons) or "rejected by the policy"
 
 
 def _rpc_text(exc: Any) -> str:
