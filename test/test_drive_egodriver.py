@@ -173,3 +173,13 @@ def test_debug_scalars_are_read_from_either_payload_and_a_pickled_class_is_never
     assert debug_scalars(b"") == {} and debug_scalars(b"\x00garbage") == {}
     assert policy_verdict({"valid": 0.0, "rejected: too fast": 1.0}) == "too fast"
     assert policy_verdict({"valid": 1.0}) == "" and policy_verdict({}) == ""
+
+
+def test_the_command_line_refuses_a_missing_policy_and_driver_with_dds(tmp_path: Path, capsys) -> None:
+    from wam_diff2_ros.cli.drive import main
+
+    out = str(tmp_path / "cli")
+    assert main(["straight_5", "--driver", f"unix:{tmp_path / 'none.sock'}", "--out", out, "--no-video"]) == 2
+    assert "no egodriver policy at unix:" in capsys.readouterr().err
+    assert main(["straight_5", "--driver", "127.0.0.1:1", "--dds", "--out", out]) == 2
+    assert "not with --dds" in capsys.readouterr().err
