@@ -66,3 +66,20 @@ def test_a_base_link_route_is_read_as_given_and_bad_ones_change_nothing():
         with pytest.raises(InputError, match=reason):
             source.on_path(path("base_link", bad, 7 * S), 7 * S)
     assert source.hold.command is NavigationCommand.RIGHT
+
+
+def test_the_replay_takes_a_path_topic_as_the_route_only_when_it_is_named_for_one():
+    from wam_diff2_ros.bag import TopicInfo
+    from wam_diff2_ros.replay.settings import TopicRequest
+    from wam_diff2_ros.replay.topics import select_topics
+
+    def bag(*names: str) -> dict:
+        infos = [TopicInfo("/cam/image_raw", "sensor_msgs/msg/Image", 1)]
+        infos += [TopicInfo(name, "nav_msgs/msg/Path", 1) for name in names]
+        return {t.name: t for t in infos}
+
+    # nav_msgs/Path is common (planners' paths): one not named for a route is never taken, two do not conflict
+    assert select_topics(bag("/planning/path", "/other/path"), TopicRequest(), 1).route is None
+    chosen = select_topics(bag("/planning/path", "/mission/route_centerline"), TopicRequest(), 1)
+    assert chosen.route == "/mission/route_centerline"
+    assert select_topics(bag("/planning/path"), TopicRequest({"route": "/planning/path"}), 1).route == "/planning/path"

@@ -42,6 +42,7 @@ class InputSpec:
     name: str = ""  # its name in diagnostics (default: the role; per camera: "<role>_<n> (<camera>)")
     optional: bool = True  # the replay may run without it (`--<role>-topic none`)
     prefer_words: tuple[str, ...] = ()  # replay: of several topics of the type, the one whose name holds one
+    words_only: bool = False  # replay: only a topic whose name holds one of prefer_words (a common type)
     command_source: str = ""  # a command input: used only when command.source is this
 
     @property
@@ -114,6 +115,8 @@ INPUTS: tuple[InputSpec, ...] = (
         ("on_route",),
         "route",
         "reliable",
+        prefer_words=("route",),
+        words_only=True,
         name="command",
         command_source="route",
     ),
