@@ -183,3 +183,26 @@ def test_the_command_line_refuses_a_missing_policy_and_driver_with_dds(tmp_path:
     assert "no egodriver policy at unix:" in capsys.readouterr().err
     assert main(["straight_5", "--driver", "127.0.0.1:1", "--dds", "--out", out]) == 2
     assert "not with --dds" in capsys.readouterr().err
+
+
+class Failing(BaseDriver):
+    """Drives like constant_speed for ten calls, then every drive fails (a gRPC error on the wire)."""
+
+    name = "failing"
+
+    def __init__(self) -> None:
+        self.inner, self.calls = ConstantSpeedPolicy(cruise_speed_mps=5.0), 0
+
+    def drive(self, ctx: DriveContext) -> DriveResult:
+        self.calls += 1
+        if self.calls > 10:
+            raise RuntimeError("the policy broke")
+        return self.inner.drive(ctx)
+
+
+def test_a_policy_whose_drives_fail_ends_the_episode_after_three(tmp_path: Path) -> None:
+    with serving(Failing(), port=0, host="127.0.0.1", mode="alpasim") as port:
+        result = _episode(tmp_path, "straight_5", f"127.0.0.1:{port}", 10.0)
+    assert result.score["plans"]["made"] == result.score["plans"]["valid"] == 10
+    assert result.score["stop_reason"].startswith("the policy failed 3 times in a row")
+    assert result.score["simulated_s"] < 2.0

@@ -58,7 +58,7 @@ class EgodriverEpisode(Episode):
     def __init__(self, *args: Any, address: str, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         import grpc
-        from carla_driver_interface.contract import negotiate
+        from carla_driver_interface.contract import ContractError, negotiate
         from carla_driver_interface.protocol import EgodriverServiceStub, channel_options
 
         self.rows = {}  # nothing goes to the in-process runtime; the recorder still gets every message
@@ -70,6 +70,9 @@ class EgodriverEpisode(Episode):
         except grpc.RpcError as exc:
             self.channel.close()
             raise DriverError(f"no egodriver policy at {address}: {_rpc_text(exc)}") from None
+        except ContractError as exc:
+            self.channel.close()
+            raise DriverError(f"the policy at {address}: {exc}") from None
         self.policy_version = str(version.version_id)
         self.session = ""
         self.pending_poses: list[tuple[int, VehicleState, float]] = []  # stamp (us), state, yaw rate
@@ -161,6 +164,7 @@ class EgodriverEpisode(Episode):
 
     def _camera(self, now_ns: int, state: VehicleState, near_s: float) -> None:
         import cv2
+        import grpc
         from carla_driver_interface.geometry import waypoints_to_proto
         from carla_driver_interface.protocol import RolloutCameraImage, Route, RouteRequest
 
@@ -177,14 +181,17 @@ class EgodriverEpisode(Episode):
         if self.recorder is not None:
             self.recorder.write("/camera/front/image_raw/compressed", messages.jpeg(now_ns, rgb), now_ns)
         now_us = now_ns // 1000
-        self._submit_egomotion()
         image = RolloutCameraImage(session_uuid=self.session)
         image.camera_image.logical_id = CAMERA_ID
         image.camera_image.frame_start_us = image.camera_image.frame_end_us = now_us
         image.camera_image.image_bytes = jpeg.tobytes()
-        self.stub.submit_image_observation(image, timeout=RPC_TIMEOUT_S)
         route = Route(timestamp_us=now_us, waypoints=waypoints_to_proto(self._route_in_rig(state, float(s[0]))))
-        self.stub.submit_route(RouteRequest(session_uuid=self.session, route=route), timeout=RPC_TIMEOUT_S)
+        try:
+            self._submit_egomotion()
+            self.stub.submit_image_observation(image, timeout=RPC_TIMEOUT_S)
+            self.stub.submit_route(RouteRequest(session_uuid=self.session, route=route), timeout=RPC_TIMEOUT_S)
+        except grpc.RpcError as exc:  # reported; the drive that follows fails too and counts
+            self.log(f"error: observations at t={self._t(now_ns):.2f} s not taken: {_rpc_text(exc)}")
         self.pending = True  # drive after each frame (when the policy is free)
 
     def _route_in_rig(self, state: VehicleState, s: float) -> np.ndarray:
