@@ -18,8 +18,10 @@ ego's: x forward, y left, z up, origin on the ground below the rear axle — the
   a plan that takes effect after the call's measured wall time (or ``--latency-ms``), as an in-process plan does;
   fewer than two poses, times not increasing or a coordinate not finite make an invalid plan (the plan in force
   goes on, then the controller's comfortable stop). A policy that says its model's answer was rejected (debug
-  values ``valid`` 0 and ``rejected: <reason>``, as this package's policy sends them) and answers its plan in
-  force instead is followed, and the plan is counted as rejected with that reason, as in-process;
+  values ``valid`` 0 and ``rejected: <reason>``, as this package's policy sends them) is counted as a rejected plan
+  with that reason and its answer (its plan in force re-timed, or a comfortable stop) is not submitted: the
+  controller applies its own rule, which that fallback mirrors (the plan in force while it lasts, then the
+  comfortable stop), and at the start the hand-over holds until the first valid plan, as in-process;
 * ``close_session`` at the end.
 
 A gRPC error on ``drive`` counts as a failed plan, as an engine error in-process (three in a row end the episode).
@@ -238,7 +240,7 @@ class EgodriverEpisode(Episode):
         verdict = policy_verdict(debug_scalars(response.debug_info.unstructured_debug_info))
         valid = track is not None and not verdict
         record = PlanRecord(len(self.plans), t_now, t_now, valid, reason or verdict, latency_ns / 1e6, effective_s)
-        if track is not None:  # followed even when the policy rejected its model's answer (its plan in force)
+        if valid and track is not None:  # a rejected answer: the controller's own rule (module docstring)
             record.points = [[float(a), float(b)] for a, b in zip(track.x, track.y, strict=True)]
             self.tracker.submit(track)
         self.plans.append(record)
