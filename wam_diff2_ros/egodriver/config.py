@@ -49,11 +49,14 @@ class PolicySettings:
 
     camera: str = ""  # the planning camera's logical id; "" = the first camera the session declares
     cadence: str = "free"  # one of CADENCES
+    plan_interval_s: float = 0.0  # plan on a frame at least this long after the last planned one; 0 = every frame
     route_rule: RouteRule = field(default_factory=RouteRule)
 
     def __post_init__(self) -> None:
         if self.cadence not in CADENCES:
             raise PolicyConfigError(f"cadence must be one of {', '.join(CADENCES)}, got {self.cadence!r}")
+        if not (math.isfinite(self.plan_interval_s) and self.plan_interval_s >= 0.0):
+            raise PolicyConfigError(f"plan_interval_s must be a finite number >= 0, got {self.plan_interval_s!r}")
 
 
 def model_path(model: str) -> str:

@@ -6,7 +6,8 @@ latest ego pose, led by the current pose at ``time_now_us`` and followed by the 
 (:meth:`LocalPlan.retimed`). When none is ahead any more (the plan ran out), the answer is a comfortable stop
 (:func:`comfortable_stop`): from the current speed at the closed loop's comfortable deceleration
 (:data:`~wam_diff2_ros.core.kinematics.COMFORTABLE_DECEL_MPS2`) along the rest of the last plan's path, extended
-straight (straight ahead without one) — never a swerve, never harder braking.
+straight (straight ahead without one) — never a swerve, never harder braking. The stop is then held like a plan,
+re-timed, until it runs out or a valid plan replaces it.
 """
 
 from __future__ import annotations
@@ -42,16 +43,22 @@ class LocalPlan:
             poses.append(pose_at_stamp @ Pose.from_xyz_yaw(waypoint.x, waypoint.y, 0.0, waypoint.yaw))
         return cls(tuple(times), tuple(poses))
 
+    @classmethod
+    def from_trajectory(cls, trajectory_in_rig: Trajectory, anchor: Pose) -> LocalPlan:
+        """A rig-frame trajectory at ``anchor`` (the ego pose it was made at) moved into ``local``."""
+        return cls(tuple(trajectory_in_rig.timestamps_us), tuple(anchor @ p for p in trajectory_in_rig.poses))
+
     @property
     def end_us(self) -> int:
         """When the last waypoint is due."""
         return self.times_us[-1] if self.times_us else 0
 
-    def retimed(self, now_us: int, anchor: Pose) -> Trajectory | None:
+    def retimed(self, now_us: int, anchor: Pose, query_us: int | None = None) -> Trajectory | None:
         """The plan in the rig frame at ``anchor`` (the latest ego pose): the current pose at ``now_us``, then the
-        waypoints due after it; None when no waypoint is due after ``now_us`` (the plan ran out)."""
+        waypoints due after it; None when the plan has run out: no waypoint is due after ``now_us``, or (with
+        ``query_us``, the instant the runtime steps to next) the last one is due before ``query_us``."""
         ahead = [(t, p) for t, p in zip(self.times_us, self.poses, strict=True) if t > now_us]
-        if not ahead:
+        if not ahead or (query_us is not None and ahead[-1][0] < query_us):
             return None
         inverse = anchor.inverse()
         trajectory = Trajectory([now_us], [Pose.identity()])

@@ -42,6 +42,7 @@ class WamDiff2Driver(BaseDriver):
         camera: the planning camera's logical id (default: the first camera a session declares).
         cadence: ``free`` (plan on a new frame when the model is free, else answer with the plan in force) or
             ``wait`` (wait for the model call in progress, one at most, then plan if it is free).
+        plan_interval_s: plan on a new frame only this long after the last planned frame (0: every new frame).
         route_lookahead_m, route_lateral_threshold_m: the route rule's parameters
             (:class:`~wam_diff2_ros.core.route_command.RouteRule`; default: the node parameters, else the rule's).
         device: ``model.device`` (cpu, cuda, ...).
@@ -57,6 +58,7 @@ class WamDiff2Driver(BaseDriver):
         params: str | None = None,
         camera: str = "",
         cadence: str = "free",
+        plan_interval_s: float = 0.0,
         route_lookahead_m: float | None = None,
         route_lateral_threshold_m: float | None = None,
         device: str | None = None,
@@ -72,6 +74,7 @@ class WamDiff2Driver(BaseDriver):
         self.settings = PolicySettings(
             camera=camera,
             cadence=cadence,
+            plan_interval_s=float(plan_interval_s),
             route_rule=route_rule(self.config, route_lookahead_m, route_lateral_threshold_m),
         )
         self.engine = engine if engine is not None else _load_engine(self.config)
@@ -94,6 +97,7 @@ class WamDiff2Driver(BaseDriver):
             camera,
             self.settings.route_rule,
             wait=self.settings.cadence == "wait",
+            plan_interval_s=self.settings.plan_interval_s,
         )
         with self._planners_lock:
             self._planners[session.uuid] = planner
@@ -101,6 +105,13 @@ class WamDiff2Driver(BaseDriver):
     def on_session_close(self, session: SessionState) -> None:
         with self._planners_lock:
             self._planners.pop(session.uuid, None)
+
+    def on_egomotion(self, session: SessionState, new_poses: Any) -> None:
+        """Non-finite poses are taken out of the session at once (:meth:`SessionPlanner.drop_non_finite_poses`)."""
+        with self._planners_lock:
+            planner = self._planners.get(session.uuid)
+        if planner is not None:
+            planner.drop_non_finite_poses(session)
 
     def drive(self, ctx: DriveContext) -> DriveResult:
         """Feed the session's new observations, plan when due, answer (:class:`~.session.SessionPlanner`)."""
