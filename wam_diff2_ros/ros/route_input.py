@@ -6,7 +6,7 @@ anything else is refused (the command cannot be judged from a route whose frame 
 
 * A ``base_link`` route is read as given: it is the route as the ego saw it at the Path's stamp, and gives one
   command at that stamp (a bridge that publishes the route in the rig frame, as AlpaSim's ``submit_route``, sends a
-  new one each cycle).
+  new one each cycle); it replaces a kept fixed-frame route.
 * A route in the odometry's frame is put into the ego frame at the **latest ego pose** (not at the Path's stamp: a
   map route is the same wherever the ego is, and it is where the ego is now that decides the command), and kept:
   every later odometry message evaluates it again at its pose, so a route published once (latched, as a mission
