@@ -36,7 +36,7 @@ RELIABILITIES = ("best_effort", "reliable")
 DURABILITIES = ("volatile", "transient_local")
 DEVICES_HINT = "auto, cpu, cuda, cuda:N, npu, npu:N"
 DTYPES = ("bfloat16", "float16", "float32")
-COMMAND_SOURCES = ("topic", "turn_indicators")
+COMMAND_SOURCES = ("topic", "turn_indicators", "fixed")
 
 
 class ParameterError(ValueError):
@@ -236,8 +236,9 @@ PARAMETER_SPECS: tuple[ParameterSpec, ...] = (
     ParameterSpec(
         "command.source",
         COMMAND_SOURCES[0],
-        "where the command comes from: topic (~/input/command, ~/input/driving_command) or turn_indicators "
-        "(Autoware's TurnIndicatorsCommand on ~/input/turn_indicators, an approximation of a route command)",
+        "where the command comes from: topic (~/input/command, ~/input/driving_command), turn_indicators "
+        "(Autoware's TurnIndicatorsCommand on ~/input/turn_indicators, an approximation of a route command) or "
+        "fixed (always command.default, no command input; a warning says so once)",
     ),
     ParameterSpec(
         "command.turn_signal_hold_s",
