@@ -110,6 +110,27 @@ def test_a_chunk_failing_its_crc_is_skipped_and_the_next_chunks_read(chunked_bag
             assert f"{len(got)} message(s) read" in text
 
 
+def test_damage_outside_the_chunks_is_seen_by_the_data_section_crc(chunked_bag, tmp_path):
+    """A message index (between the chunks) overwritten: every chunk passes its CRC, the data section's does not;
+    the messages come from the chunks themselves, all of them, and the damage is reported."""
+    bag, clean = chunked_bag
+    copy = tmp_path / "chunked"
+    shutil.copytree(bag, copy)
+    mcap = copy / "chunked.mcap"
+    data = bytearray(mcap.read_bytes())
+    at = next(at for opcode, at, _ in _records(bytes(data)) if opcode == 0x07)
+    data[at + 9 + 6 : at + 9 + 6 + 16] = random.Random(3).randbytes(16)  # the first entry (time and offset)
+    mcap.write_bytes(bytes(data))
+    with BagReader(copy) as reader:
+        assert reader.damaged and "data section checksum mismatch" in reader.damaged
+        assert reader.skipped_chunks == []
+        got = []
+        with pytest.raises(BagReadError, match="data section checksum mismatch"):
+            for m in reader.messages():
+                got.append((m.topic, m.stamp_ns, m.msg.data))
+    assert got == clean
+
+
 def test_a_bag_without_crcs_still_reads(chunked_bag, tmp_path):
     """CRC 0 means "not computed" in MCAP (rosbags writes it): nothing is checked, nothing is damaged."""
     bag, clean = chunked_bag

@@ -1,6 +1,7 @@
 """MCAP checksums: :func:`write_checksums` fills in the CRCs of a finished MCAP file (each chunk's, the data
 section's and the summary's; rosbags writes 0, "not computed", in every one), :func:`damaged_chunks` finds the
-chunks whose records do not match their CRC. A CRC of 0 is never checked: it means "not computed" in MCAP.
+chunks whose records do not match their CRC, :func:`data_section_problem` damage elsewhere in the data section
+(message indexes, metadata). A CRC of 0 is never checked: it means "not computed" in MCAP.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ MCAP_MAGIC = b"\x89MCAP0\r\n"
 _FOOTER = 9 + 8 + 8 + 4 + 8  # footer record (opcode, length, summary start, offsets start, crc) and the magic
 _CHUNK_HEAD = 8 + 8 + 8 + 4  # message start and end time, uncompressed size, uncompressed CRC
 _BLOCK = 1 << 20
+#: How :func:`data_section_problem` starts.
+DATA_SECTION_MISMATCH = "data section checksum mismatch"
 
 
 @dataclass
@@ -158,3 +161,27 @@ def _damaged_chunks(path: str, size: int, mtime_ns: int) -> tuple[ChunkDamage, .
             if crc and zlib.crc32(data) != crc:
                 damage.append(ChunkDamage(offset, start_ns, end_ns, "chunk checksum mismatch"))
     return tuple(damage)
+
+
+def data_section_problem(path: str | Path) -> str | None:
+    """A data section whose CRC (in the data end record) fails, or None: damage outside the chunks too (a message
+    index, metadata), which readers that trust the index would read through."""
+    path = Path(path)
+    stat = path.stat()
+    return _data_section_problem(str(path), stat.st_size, stat.st_mtime_ns)
+
+
+@lru_cache(maxsize=32)
+def _data_section_problem(path: str, size: int, mtime_ns: int) -> str | None:
+    del mtime_ns  # part of the cache key only
+    with open(path, "rb") as bio:
+        if bio.read(len(MCAP_MAGIC)) != MCAP_MAGIC:
+            return None
+        data_end = next((offset for offset, opcode, _ in _records(bio, size) if opcode == 0x0F), None)
+        if data_end is None:
+            return None
+        bio.seek(data_end + 9)
+        (crc,) = struct.unpack("<I", bio.read(4))
+        if crc == 0 or _crc_of_range(bio, 0, data_end) == crc:
+            return None
+    return f"{DATA_SECTION_MISMATCH} (bytes 0..{data_end}; every chunk passes its own, so a message index or metadata)"
