@@ -42,22 +42,36 @@ class ChunkDamage:
         )
 
 
-def chunk_records(raw: bytes, compression: str, uncompressed_size: int) -> bytes:
-    """A chunk's records field decompressed (``""``, ``zstd`` or ``lz4``); ValueError when it cannot be."""
+def decompress_records(raw: bytes, compression: str) -> bytes:
+    """A chunk's records field (``""``, ``zstd`` or ``lz4``) decompressed; a cut stream gives what it holds."""
     if compression == "":
-        data = raw
-    elif compression == "zstd":
+        return raw
+    if compression == "zstd":
         from backports import zstd  # rosbags' own dependency
 
-        data = zstd.ZstdDecompressor().decompress(raw)
-    elif compression == "lz4":
+        return zstd.ZstdDecompressor().decompress(raw)
+    if compression == "lz4":
         import lz4.frame
 
-        data = lz4.frame.LZ4FrameDecompressor().decompress(raw)
-    else:
-        raise ValueError(f"unsupported chunk compression {compression!r}")
+        return lz4.frame.LZ4FrameDecompressor().decompress(raw)
+    raise ValueError(f"unsupported chunk compression {compression!r}")
+
+
+class ChunkError(ValueError):
+    """A whole chunk's records cannot be trusted; the message is the reason."""
+
+
+def chunk_records(raw: bytes, compression: str, uncompressed_size: int, crc: int = 0) -> bytes:
+    """A whole chunk's records decompressed and checked against their size and (unless 0) their CRC; raises
+    :class:`ChunkError` naming what failed."""
+    try:
+        data = decompress_records(raw, compression)
+    except Exception as exc:
+        raise ChunkError(f"chunk does not decompress ({exc})") from exc
     if len(data) != uncompressed_size:
-        raise ValueError(f"chunk size mismatch ({len(data)} bytes, {uncompressed_size} declared)")
+        raise ChunkError(f"chunk size mismatch ({len(data)} bytes, {uncompressed_size} declared)")
+    if crc and zlib.crc32(data) != crc:
+        raise ChunkError("chunk checksum mismatch")
     return data
 
 
@@ -154,12 +168,11 @@ def _damaged_chunks(path: str, size: int, mtime_ns: int) -> tuple[ChunkDamage, .
             start_ns, end_ns, usize, crc = struct.unpack_from("<QQQI", body)
             try:
                 compression, raw = _split_chunk(body[_CHUNK_HEAD:])
-                data = chunk_records(raw, compression, usize)
-            except Exception as exc:  # a damaged header, compressed stream or size
-                damage.append(ChunkDamage(offset, start_ns, end_ns, f"chunk unreadable ({exc})"))
-                continue
-            if crc and zlib.crc32(data) != crc:
-                damage.append(ChunkDamage(offset, start_ns, end_ns, "chunk checksum mismatch"))
+                chunk_records(raw, compression, usize, crc)
+            except ChunkError as exc:
+                damage.append(ChunkDamage(offset, start_ns, end_ns, str(exc)))
+            except (ValueError, struct.error) as exc:  # the chunk's own header
+                damage.append(ChunkDamage(offset, start_ns, end_ns, f"malformed chunk record ({exc})"))
     return tuple(damage)
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from wam_diff2_ros.bag.checksums import MCAP_MAGIC, ChunkDamage, chunk_records
+from wam_diff2_ros.bag.checksums import MCAP_MAGIC, ChunkDamage, ChunkError, chunk_records, decompress_records
 from wam_diff2_ros.bag.types import BagReadError
 
 _FOOTER = 8 + 1 + 8 + 20  # the footer record (opcode, length, summary start, offset start, crc) and the magic
@@ -236,19 +236,13 @@ class McapScan:
         complete = chunk.length == chunk.declared
         try:
             if complete:
-                data = chunk_records(raw, chunk.compression, chunk.uncompressed_size)
-                if chunk.crc and zlib.crc32(data) != chunk.crc:
-                    raise ValueError("chunk checksum mismatch")
-            elif chunk.compression == "":
-                data = raw
-            else:  # what a cut compressed stream gives
-                data = _partial_records(raw, chunk.compression)
+                return chunk_records(raw, chunk.compression, chunk.uncompressed_size, chunk.crc)
+            return decompress_records(raw, chunk.compression)  # a cut chunk: what its records hold
         except Exception as exc:
             if report:
-                reason = str(exc) if "mismatch" in str(exc) else f"chunk does not decompress ({exc})"
+                reason = str(exc) if isinstance(exc, ChunkError) else f"chunk does not decompress ({exc})"
                 self.skipped.append(ChunkDamage(at, chunk.start_ns, chunk.end_ns, reason))
             return None
-        return data
 
     def messages(self, wanted: set[int]) -> Iterator[tuple[int, int, bytes]]:
         """``(stamp_ns, channel_id, payload)`` for the channels in ``wanted``, in time order."""
@@ -286,19 +280,6 @@ class McapScan:
         for stamp, channel, offset, length in loose:
             bio.seek(offset)
             yield (stamp, len(self.chunks), channel, bio.read(length))
-
-
-def _partial_records(raw: bytes, compression: str) -> bytes:
-    """What a cut ``zstd`` or ``lz4`` stream decompresses to."""
-    if compression == "zstd":
-        from backports import zstd  # rosbags' own dependency
-
-        return zstd.ZstdDecompressor().decompress(raw)
-    if compression == "lz4":
-        import lz4.frame
-
-        return lz4.frame.LZ4FrameDecompressor().decompress(raw)
-    raise ValueError(f"unsupported chunk compression {compression!r}")
 
 
 def _mcap_string(buf: bytes, offset: int) -> tuple[str, int]:
