@@ -186,6 +186,9 @@ def test_replay_of_a_bag_with_a_damaged_chunk_warns_skips_it_and_exits_3(tmp_pat
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["exit_code"] == EXIT_BAG_DAMAGED and metrics["complete"] is False
     assert "1 damaged chunk(s) skipped (" in metrics["bag_error"] and time_range in metrics["bag_error"]
+    (skipped,) = metrics["run"]["bag_skipped_chunks"]
+    assert (skipped["start_ns"], skipped["end_ns"], skipped["offset"]) == (start_ns, end_ns, chunks[2])
+    assert skipped["messages"] > 0 and skipped["reason"].startswith("chunk ")
     records = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
     assert any(r["t_ns"] > end_ns and r["status"] == "planned" for r in records)  # read on after the damage
     assert metrics["run"]["last_message_ns"] == last_ns
