@@ -110,6 +110,29 @@ def test_a_chunk_failing_its_crc_is_skipped_and_the_next_chunks_read(chunked_bag
             assert f"{len(got)} message(s) read" in text
 
 
+@pytest.mark.parametrize("where", ["records", "record header"])
+def test_the_first_chunk_damaged_takes_only_its_own_messages(chunked_bag, tmp_path, where):
+    """The first chunk also holds the schema and channel records: its topics come from the (CRC-checked) summary
+    then. A damaged chunk record header (opcode, length) is passed over to the next chunk the summary indexes."""
+    bag, clean = chunked_bag
+    copy = tmp_path / "chunked"
+    shutil.copytree(bag, copy)
+    mcap = copy / "chunked.mcap"
+    data = bytearray(mcap.read_bytes())
+    first = next(at for opcode, at, _ in _records(bytes(data)) if opcode == 0x06)
+    start_ns, end_ns, _, start, length = _chunk_fields(bytes(data), first)
+    at = start + length // 2 if where == "records" else first
+    data[at : at + 64] = random.Random(9).randbytes(64)
+    mcap.write_bytes(bytes(data))
+    with BagReader(copy) as reader:
+        got = []
+        with pytest.raises(BagReadError, match=f"{start_ns}..{end_ns} ns"):
+            for m in reader.messages():
+                got.append((m.topic, m.stamp_ns, m.msg.data))
+        assert [(d.start_ns, d.end_ns) for d in reader.skipped_chunks] == [(start_ns, end_ns)]
+    assert got == [m for m in clean if m[1] > end_ns] and len(got) > 200
+
+
 def test_damage_outside_the_chunks_is_seen_by_the_data_section_crc(chunked_bag, tmp_path):
     """A message index (between the chunks) overwritten: every chunk passes its CRC, the data section's does not;
     the messages come from the chunks themselves, all of them, and the damage is reported."""
