@@ -110,6 +110,50 @@ def test_a_chunk_failing_its_crc_is_skipped_and_the_next_chunks_read(chunked_bag
             assert f"{len(got)} message(s) read" in text
 
 
+@pytest.mark.parametrize("where", ["records", "record header"])
+def test_the_first_chunk_damaged_takes_only_its_own_messages(chunked_bag, tmp_path, where):
+    """The first chunk also holds the schema and channel records: its topics come from the (CRC-checked) summary
+    then. A damaged chunk record header (opcode, length) is passed over to the next chunk the summary indexes."""
+    bag, clean = chunked_bag
+    copy = tmp_path / "chunked"
+    shutil.copytree(bag, copy)
+    mcap = copy / "chunked.mcap"
+    data = bytearray(mcap.read_bytes())
+    first = next(at for opcode, at, _ in _records(bytes(data)) if opcode == 0x06)
+    start_ns, end_ns, _, start, length = _chunk_fields(bytes(data), first)
+    at = start + length // 2 if where == "records" else first
+    data[at : at + 64] = random.Random(9).randbytes(64)
+    mcap.write_bytes(bytes(data))
+    with BagReader(copy) as reader:
+        got = []
+        with pytest.raises(BagReadError, match=f"{start_ns}..{end_ns} ns"):
+            for m in reader.messages():
+                got.append((m.topic, m.stamp_ns, m.msg.data))
+        assert [(d.start_ns, d.end_ns) for d in reader.skipped_chunks] == [(start_ns, end_ns)]
+    assert got == [m for m in clean if m[1] > end_ns] and len(got) > 200
+
+
+def test_damage_outside_the_chunks_is_seen_by_the_data_section_crc(chunked_bag, tmp_path):
+    """A message index (between the chunks) overwritten: every chunk passes its CRC, the data section's does not;
+    the messages come from the chunks themselves, all of them, and the damage is reported."""
+    bag, clean = chunked_bag
+    copy = tmp_path / "chunked"
+    shutil.copytree(bag, copy)
+    mcap = copy / "chunked.mcap"
+    data = bytearray(mcap.read_bytes())
+    at = next(at for opcode, at, _ in _records(bytes(data)) if opcode == 0x07)
+    data[at + 9 + 6 : at + 9 + 6 + 16] = random.Random(3).randbytes(16)  # the first entry (time and offset)
+    mcap.write_bytes(bytes(data))
+    with BagReader(copy) as reader:
+        assert reader.damaged and "data section checksum mismatch" in reader.damaged
+        assert reader.skipped_chunks == []
+        got = []
+        with pytest.raises(BagReadError, match="data section checksum mismatch"):
+            for m in reader.messages():
+                got.append((m.topic, m.stamp_ns, m.msg.data))
+    assert got == clean
+
+
 def test_a_bag_without_crcs_still_reads(chunked_bag, tmp_path):
     """CRC 0 means "not computed" in MCAP (rosbags writes it): nothing is checked, nothing is damaged."""
     bag, clean = chunked_bag
@@ -165,6 +209,9 @@ def test_replay_of_a_bag_with_a_damaged_chunk_warns_skips_it_and_exits_3(tmp_pat
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["exit_code"] == EXIT_BAG_DAMAGED and metrics["complete"] is False
     assert "1 damaged chunk(s) skipped (" in metrics["bag_error"] and time_range in metrics["bag_error"]
+    (skipped,) = metrics["run"]["bag_skipped_chunks"]
+    assert (skipped["start_ns"], skipped["end_ns"], skipped["offset"]) == (start_ns, end_ns, chunks[2])
+    assert skipped["messages"] > 0 and skipped["reason"].startswith("chunk ")
     records = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
     assert any(r["t_ns"] > end_ns and r["status"] == "planned" for r in records)  # read on after the damage
     assert metrics["run"]["last_message_ns"] == last_ns

@@ -62,6 +62,34 @@ def test_compressed_camera_sim_time_and_wheelbase(launch_module) -> None:
         launch_module.launch_setup(context(launch_module, image_transport="h264"))
 
 
+def test_command_source_takes_every_command_source_of_the_node(launch_module) -> None:
+    from wam_diff2_ros.ros.params.specs import COMMAND_SOURCES
+
+    (node,) = nodes(launch_module.launch_setup(context(launch_module)))
+    overrides = node.kwargs["parameters"][1]
+    assert overrides["command.default"] == "straight"  # plans while no turn signal arrives (no rule-based planner)
+    declared = {name: text for name, _, text in launch_module.ARGUMENTS}
+    assert all(source in declared["command_source"] for source in COMMAND_SOURCES)
+    for source in COMMAND_SOURCES:  # route too, once the node has it: the launch reads the node's one list
+        (node,) = nodes(launch_module.launch_setup(context(launch_module, command_source=source)))
+        overrides, remaps = node.kwargs["parameters"][1], dict(node.kwargs["remappings"])
+        assert overrides["command.source"] == source
+        assert ("~/input/turn_indicators" in remaps) == (source == "turn_indicators")
+    (node,) = nodes(launch_module.launch_setup(context(launch_module, command_source="fixed", command_default="left")))
+    overrides, remaps = node.kwargs["parameters"][1], dict(node.kwargs["remappings"])
+    assert overrides["command.source"] == "fixed" and overrides["command.default"] == "left"
+    assert not [name for name in remaps if "command" in name or "turn_indicators" in name]  # no command input
+    ctx = context(launch_module, command_source="topic", command_topic="/planning/navigation_command")
+    (node,) = nodes(launch_module.launch_setup(ctx))
+    assert dict(node.kwargs["remappings"])["~/input/command"] == "/planning/navigation_command"
+    (node,) = nodes(launch_module.launch_setup(context(launch_module, command_default="")))
+    assert "command.default" not in node.kwargs["parameters"][1]  # the params file's
+    with pytest.raises(RuntimeError, match="nothing was started: command_source must be one of topic, "):
+        launch_module.launch_setup(context(launch_module, command_source="gps"))
+    with pytest.raises(RuntimeError, match="command_source fixed plans with command_default"):
+        launch_module.launch_setup(context(launch_module, command_source="fixed", command_default=""))
+
+
 @pytest.mark.ros
 def test_launched_node_speaks_autowares_topics(launch_module, tmp_path) -> None:
     pytest.importorskip("rclpy", reason="rclpy is not importable")

@@ -199,8 +199,13 @@ def test_the_trajectory_passes_the_followers_rules_and_matches_path_fixed(node, 
     assert ego.pose.position.x == pytest.approx(EGO[0], abs=0.05) and ego.pose.position.y == pytest.approx(EGO[1])
     assert 2.0 * math.atan2(ego.pose.orientation.z, ego.pose.orientation.w) == pytest.approx(EGO[2], abs=1e-6)
     assert ego.longitudinal_velocity_mps == pytest.approx(5.0)
-    for point, stamped in zip(trajectory.points[1:], fixed.poses, strict=True):
-        assert point.pose == stamped.pose
+    xy = [(p.pose.position.x, p.pose.position.y) for p in trajectory.points]
+    for i, (point, stamped) in enumerate(zip(trajectory.points[1:], fixed.poses, strict=True), start=1):
+        assert point.pose.position == stamped.pose.position
+        if i < len(xy) - 1:  # the path's tangent: the central difference's direction
+            tangent = math.atan2(xy[i + 1][1] - xy[i - 1][1], xy[i + 1][0] - xy[i - 1][0])
+            yaw = 2.0 * math.atan2(point.pose.orientation.z, point.pose.orientation.w)
+            assert math.remainder(yaw - tangent, math.tau) == pytest.approx(0.0, abs=1e-6)
         offset_ns = stamp_to_ns(stamped.header.stamp) - stamp
         assert point.time_from_start.sec * 1_000_000_000 + point.time_from_start.nanosec == offset_ns
         assert point.lateral_velocity_mps == 0.0 and point.rear_wheel_angle_rad == 0.0
@@ -299,3 +304,45 @@ def test_diagnostics_warn_when_plans_come_slower_than_the_followers_timeout() ->
     assert "1.20 s apart, slower than the trajectory follower's 0.9 s timeout" in status.message
     health.follower_timeout_s = 0.0  # without autoware.outputs: no such warning
     assert planning(health, 1_800_000_000).level == DiagnosticStatus.OK
+
+
+def test_the_node_alone_plans_with_a_fixed_command_and_says_so_once(tmp_path, harness) -> None:
+    """The end-to-end slot without the rule-based planner: no turn signal, no command topic. With
+    ``command.source: fixed`` the node reads no command input, plans with ``command.default`` and warns once."""
+    ns = "/autoware_fixed"
+    node_name = f"{ns}/wam_diff2"
+    params = write_params(
+        tmp_path / "fixed.yaml",
+        {
+            "model.path": str(tmp_path),
+            "planning.rate_hz": 4.0,
+            "autoware.outputs": True,
+            "command.source": "fixed",
+            "command.default": "straight",
+            "debug.image": False,
+        },
+    )
+    process = NodeProcess(
+        node_command([REPO_ROOT / "config" / "wam_diff2.yaml", params], "-r", f"__ns:={ns}"), tmp_path / "node.log"
+    )
+    n = harness.node
+    trajectories = Collector(n, autoware_planning_msgs.Trajectory, f"{node_name}/output/autoware/trajectory")
+    own = Collector(n, MSGS.PlannedTrajectory, f"{node_name}/output/trajectory") if MSGS is not None else None
+    feeder = None
+    try:
+        assert wait_until(lambda: harness.lifecycle_state(node_name, timeout=1.0) == "active", 60), process.output()
+        settings = FeedSettings(commands=False, compressed_camera=False, pose=EGO)
+        feeder = SensorFeeder(n, node_name, settings).start()
+        assert trajectories.wait_for(lambda t: follower_problems(t) == [], 20) is not None, process.output()
+        assert wait_until(lambda: len(trajectories.snapshot()) >= 3, 20), process.output()
+        for topic in ("turn_indicators", "command", "driving_command"):
+            assert n.count_subscribers(f"{node_name}/input/{topic}") == 0, topic
+        if own is not None:
+            assert {t.navigation_command for t in own.snapshot()} == {"straight"}
+        log = process.output()
+        assert log.count("command.source fixed: every plan uses command.default 'straight'") == 1, log[-3000:]
+    finally:
+        if feeder is not None:
+            feeder.stop()
+        code = process.stop()
+    assert code == 0, process.output()

@@ -118,6 +118,20 @@ def test_every_problem_is_reported_at_once() -> None:
         assert expected in message
 
 
+def test_a_fixed_command_source_needs_a_default_and_reads_no_command_input() -> None:
+    from wam_diff2_ros.ros.input_rows import input_table
+    from wam_diff2_ros.ros.runtime import PlannerRuntime
+
+    with pytest.raises(ParameterError, match=r"command\.default: command\.source fixed plans with this command"):
+        NodeConfig.from_parameters({"model.path": str(REPO_ROOT), "command.source": "fixed"})
+    config = NodeConfig.from_parameters(
+        {"model.path": str(REPO_ROOT), "command.source": "fixed", "command.default": "straight"}
+    )
+    assert config.command_source == "fixed" and config.sync.default_command.value == "straight"
+    roles = {row.role for row in input_table(config, PlannerRuntime(config, object(), clock=lambda: 0))}
+    assert roles and not roles & {"command", "driving_command", "turn_indicators"}
+
+
 def test_missing_model_path_is_explained() -> None:
     with pytest.raises(ParameterError, match=r"model\.path: is empty; set it to a checkpoint directory"):
         NodeConfig.from_parameters({})

@@ -101,7 +101,10 @@ def test_replay_writes_autoware_trajectories_and_follows_the_turn_signal(tmp_pat
         assert ego.longitudinal_velocity_mps == pytest.approx(speed)
         q = ego.pose.orientation
         assert math.remainder(2.0 * math.atan2(q.z, q.w) - yaw, math.tau) == pytest.approx(0.0, abs=1e-6)
-        assert [p.pose for p in trajectory.points[1:]] == [p.pose for p in fixed[stamp].poses]
+        assert [p.pose.position for p in trajectory.points[1:]] == [p.pose.position for p in fixed[stamp].poses]
+        for point, pose in zip(trajectory.points[1:], fixed[stamp].poses, strict=True):  # a straight plan: the
+            tangent, previous = (2.0 * math.atan2(q.z, q.w) for q in (point.pose.orientation, pose.pose.orientation))
+            assert math.remainder(tangent - previous, math.tau) == pytest.approx(0.0, abs=1e-6)  # same direction
         assert all(p.longitudinal_velocity_mps == pytest.approx(5.0, rel=1e-3) for p in trajectory.points[1:])
     for message in candidates:
         (candidate,) = message.msg.candidate_trajectories

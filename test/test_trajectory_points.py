@@ -38,7 +38,8 @@ def test_straight_at_constant_speed() -> None:
     assert len(points) == 9 and [p.t for p in points] == [0.5 * i for i in range(9)]
     assert (points[0].x, points[0].y, points[0].z, points[0].yaw, points[0].speed) == (100.0, -20.0, 1.5, pose.yaw, 4.0)
     for point, waypoint in zip(points[1:], waypoints, strict=True):
-        assert (point.x, point.y, point.yaw) == (waypoint.x, waypoint.y, waypoint.yaw)  # path_fixed's poses
+        assert (point.x, point.y) == (waypoint.x, waypoint.y)  # path_fixed's positions
+        assert point.yaw == pytest.approx(waypoint.yaw)  # a straight line's tangent is its direction
         assert point.speed == pytest.approx(4.0) and point.z == 1.5
         assert point.heading_rate == pytest.approx(0.0, abs=1e-12) and point.front_wheel_angle == pytest.approx(0.0)
     assert [p.acceleration for p in points[1:]] == pytest.approx([0.0] * 8, abs=1e-9)
@@ -62,6 +63,23 @@ def test_a_circle_gives_its_heading_rate_and_bicycle_wheel_angle() -> None:
         assert point.heading_rate == pytest.approx(omega, rel=0.02)
         assert point.front_wheel_angle == pytest.approx(math.atan(wheelbase / radius), rel=0.02)
         assert point.speed == pytest.approx(speed, rel=0.01)
+
+
+def test_yaw_is_the_tangent_of_a_circle() -> None:
+    """Central differences inside, one-sided (second order) at the last point: close to the analytic tangent, and
+    closer than the direction from the previous point (the waypoints' own yaw, half a segment behind in a curve)."""
+    radius, speed = 15.0, 6.0
+    omega = speed / radius
+    times = [0.5 * (i + 1) for i in range(8)]
+    xy = [(radius * math.sin(omega * t), radius * (1 - math.cos(omega * t))) for t in times]
+    waypoints = base_waypoints(xy)
+    points = trajectory_points(waypoints, EgoPose("map", 0.0, 0.0, 0.0, 0.0), speed, 2.79)
+    assert points[0].yaw == 0.0  # the ego pose's own
+    tangent_errors = [abs(p.yaw - omega * p.t) for p in points[1:-1]]
+    previous_errors = [abs(w.yaw - omega * w.t) for w in waypoints[:-1]]
+    assert max(tangent_errors) < 0.01  # rad: chord direction = tangent at the middle point with even steps
+    assert min(previous_errors) > 0.09  # half a segment's turn: omega * 0.5 s / 2 = 0.1 rad
+    assert abs(points[-1].yaw - omega * points[-1].t) < 0.01  # one-sided, second order, at the end
 
 
 def test_yaw_across_pi_does_not_jump() -> None:

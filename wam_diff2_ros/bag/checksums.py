@@ -1,6 +1,7 @@
 """MCAP checksums: :func:`write_checksums` fills in the CRCs of a finished MCAP file (each chunk's, the data
 section's and the summary's; rosbags writes 0, "not computed", in every one), :func:`damaged_chunks` finds the
-chunks whose records do not match their CRC. A CRC of 0 is never checked: it means "not computed" in MCAP.
+chunks whose records do not match their CRC, :func:`data_section_problem` damage elsewhere in the data section
+(message indexes, metadata). A CRC of 0 is never checked: it means "not computed" in MCAP.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ MCAP_MAGIC = b"\x89MCAP0\r\n"
 _FOOTER = 9 + 8 + 8 + 4 + 8  # footer record (opcode, length, summary start, offsets start, crc) and the magic
 _CHUNK_HEAD = 8 + 8 + 8 + 4  # message start and end time, uncompressed size, uncompressed CRC
 _BLOCK = 1 << 20
+#: How :func:`data_section_problem` starts.
+DATA_SECTION_MISMATCH = "data section checksum mismatch"
 
 
 @dataclass
@@ -39,22 +42,36 @@ class ChunkDamage:
         )
 
 
-def chunk_records(raw: bytes, compression: str, uncompressed_size: int) -> bytes:
-    """A chunk's records field decompressed (``""``, ``zstd`` or ``lz4``); ValueError when it cannot be."""
+def decompress_records(raw: bytes, compression: str) -> bytes:
+    """A chunk's records field (``""``, ``zstd`` or ``lz4``) decompressed; a cut stream gives what it holds."""
     if compression == "":
-        data = raw
-    elif compression == "zstd":
+        return raw
+    if compression == "zstd":
         from backports import zstd  # rosbags' own dependency
 
-        data = zstd.ZstdDecompressor().decompress(raw)
-    elif compression == "lz4":
+        return zstd.ZstdDecompressor().decompress(raw)
+    if compression == "lz4":
         import lz4.frame
 
-        data = lz4.frame.LZ4FrameDecompressor().decompress(raw)
-    else:
-        raise ValueError(f"unsupported chunk compression {compression!r}")
+        return lz4.frame.LZ4FrameDecompressor().decompress(raw)
+    raise ValueError(f"unsupported chunk compression {compression!r}")
+
+
+class ChunkError(ValueError):
+    """A whole chunk's records cannot be trusted; the message is the reason."""
+
+
+def chunk_records(raw: bytes, compression: str, uncompressed_size: int, crc: int = 0) -> bytes:
+    """A whole chunk's records decompressed and checked against their size and (unless 0) their CRC; raises
+    :class:`ChunkError` naming what failed."""
+    try:
+        data = decompress_records(raw, compression)
+    except Exception as exc:
+        raise ChunkError(f"chunk does not decompress ({exc})") from exc
     if len(data) != uncompressed_size:
-        raise ValueError(f"chunk size mismatch ({len(data)} bytes, {uncompressed_size} declared)")
+        raise ChunkError(f"chunk size mismatch ({len(data)} bytes, {uncompressed_size} declared)")
+    if crc and zlib.crc32(data) != crc:
+        raise ChunkError("chunk checksum mismatch")
     return data
 
 
@@ -151,10 +168,33 @@ def _damaged_chunks(path: str, size: int, mtime_ns: int) -> tuple[ChunkDamage, .
             start_ns, end_ns, usize, crc = struct.unpack_from("<QQQI", body)
             try:
                 compression, raw = _split_chunk(body[_CHUNK_HEAD:])
-                data = chunk_records(raw, compression, usize)
-            except Exception as exc:  # a damaged header, compressed stream or size
-                damage.append(ChunkDamage(offset, start_ns, end_ns, f"chunk unreadable ({exc})"))
-                continue
-            if crc and zlib.crc32(data) != crc:
-                damage.append(ChunkDamage(offset, start_ns, end_ns, "chunk checksum mismatch"))
+                chunk_records(raw, compression, usize, crc)
+            except ChunkError as exc:
+                damage.append(ChunkDamage(offset, start_ns, end_ns, str(exc)))
+            except (ValueError, struct.error) as exc:  # the chunk's own header
+                damage.append(ChunkDamage(offset, start_ns, end_ns, f"malformed chunk record ({exc})"))
     return tuple(damage)
+
+
+def data_section_problem(path: str | Path) -> str | None:
+    """A data section whose CRC (in the data end record) fails, or None: damage outside the chunks too (a message
+    index, metadata), which readers that trust the index would read through."""
+    path = Path(path)
+    stat = path.stat()
+    return _data_section_problem(str(path), stat.st_size, stat.st_mtime_ns)
+
+
+@lru_cache(maxsize=32)
+def _data_section_problem(path: str, size: int, mtime_ns: int) -> str | None:
+    del mtime_ns  # part of the cache key only
+    with open(path, "rb") as bio:
+        if bio.read(len(MCAP_MAGIC)) != MCAP_MAGIC:
+            return None
+        data_end = next((offset for offset, opcode, _ in _records(bio, size) if opcode == 0x0F), None)
+        if data_end is None:
+            return None
+        bio.seek(data_end + 9)
+        (crc,) = struct.unpack("<I", bio.read(4))
+        if crc == 0 or _crc_of_range(bio, 0, data_end) == crc:
+            return None
+    return f"{DATA_SECTION_MISMATCH} (bytes 0..{data_end}; every chunk passes its own, so a message index or metadata)"

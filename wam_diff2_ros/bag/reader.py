@@ -19,7 +19,7 @@ from pathlib import Path
 from rclpy.serialization import deserialize_message
 from rosbags.rosbag2 import Reader as _RosbagsReader
 
-from wam_diff2_ros.bag.checksums import ChunkDamage, damaged_chunks
+from wam_diff2_ros.bag.checksums import DATA_SECTION_MISMATCH, ChunkDamage, damaged_chunks, data_section_problem
 from wam_diff2_ros.bag.salvage import McapScan, summary_problem
 from wam_diff2_ros.bag.types import BagMessage, BagNotFoundError, BagReadError, BagWarning, TopicInfo, message_class
 
@@ -49,8 +49,9 @@ class _Part:
             self.scan = McapScan(path)
             if self.scan.skipped:  # the scan describes the damaged chunks itself, with their message counts
                 self.problem = None
-            if not self.scan.problems:  # the data section is whole: what failed is the summary
-                self.scan.problems.append(f"damaged summary ({exc}); the messages are read from the chunks")
+            if not self.scan.problems:  # the chunks are whole: what failed is the summary or an index
+                what = str(exc) if str(exc).startswith(DATA_SECTION_MISMATCH) else f"damaged summary ({exc})"
+                self.scan.problems.append(f"{what}; the messages are read from the chunks")
 
     def topics(self) -> list[TopicInfo]:
         if self.reader is not None:
@@ -104,7 +105,9 @@ def _mcap_damage(path: Path) -> str | None:
     if problem:
         return problem
     chunks = damaged_chunks(path)
-    return "; ".join(damage.describe() for damage in chunks) if chunks else None
+    if chunks:
+        return "; ".join(damage.describe() for damage in chunks)
+    return data_section_problem(path)
 
 
 class BagReader:

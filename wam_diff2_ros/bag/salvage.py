@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from wam_diff2_ros.bag.checksums import MCAP_MAGIC, ChunkDamage, chunk_records
+from wam_diff2_ros.bag.checksums import MCAP_MAGIC, ChunkDamage, ChunkError, chunk_records, decompress_records
 from wam_diff2_ros.bag.types import BagReadError
 
 _FOOTER = 8 + 1 + 8 + 20  # the footer record (opcode, length, summary start, offset start, crc) and the magic
@@ -52,6 +52,22 @@ def summary_problem(path: Path) -> str | None:
             return _check_summary(bio, summary, summary_start)
         except (struct.error, UnicodeDecodeError, ValueError) as exc:
             return f"malformed summary record ({exc})"
+
+
+def summary_checksum_ok(path: Path) -> bool:
+    """Whether the MCAP file at ``path`` has a summary CRC (not 0) that its summary matches: the summary is as
+    written, whatever else in the file is damaged."""
+    with path.open("rb") as bio:
+        size = bio.seek(0, 2)
+        if size < 8 + _FOOTER:
+            return False
+        bio.seek(size - _FOOTER)
+        tail = bio.read(_FOOTER)
+        summary_start, _, crc = struct.unpack_from("<QQI", tail, 9)
+        if tail[-8:] != MCAP_MAGIC or tail[0] != 0x02 or crc == 0 or not 8 <= summary_start <= size - _FOOTER:
+            return False
+        bio.seek(summary_start)
+        return zlib.crc32(tail[:25], zlib.crc32(bio.read(size - _FOOTER - summary_start))) == crc
 
 
 def _check_summary(bio: Any, summary: bytes, summary_start: int) -> str | None:
@@ -130,6 +146,7 @@ class McapScan:
     problems: list[str] = field(default_factory=list)
     skipped: list[ChunkDamage] = field(default_factory=list)  # damaged chunks left out, in file order
     reached: int = 0  # first byte that could not be used
+    _chunk_index: dict[int, tuple[int, int]] | None = field(default=None, repr=False)  # chunk offset -> time range
 
     def __post_init__(self) -> None:
         self.size = self.path.stat().st_size
@@ -137,7 +154,40 @@ class McapScan:
             if bio.read(8) != MCAP_MAGIC:
                 raise BagReadError(f"{self.path}: not an MCAP file (bad magic)")
             self._scan(bio)
+            if self.skipped and (summary_checksum_ok(self.path) or summary_problem(self.path) is None):
+                self._summary_channels(bio)
         self.problems[:0] = [damage.describe() for damage in self.skipped]
+
+    def _summary_channels(self, bio: Any) -> None:
+        """The schemas and channels of an intact summary that the data section's readable records lack (the
+        writer puts them in the first chunk that uses them: a skipped chunk would take its topics with it)."""
+        bio.seek(self.size - _FOOTER + 9)
+        summary_start = struct.unpack("<Q", bio.read(8))[0]
+        if summary_start == 0:
+            return
+        bio.seek(summary_start)
+        summary = bio.read(self.size - _FOOTER - summary_start)
+        known_schemas, known_channels = dict(self.schemas), dict(self.channels)
+        for opcode, start, end in _iter_records(summary):
+            if opcode in (0x03, 0x04):
+                self._meta_record(opcode, summary[start:end], summary_start + start - 9)
+        self.schemas = {**self.schemas, **known_schemas}
+        self.channels = {**self.channels, **known_channels}
+
+    def _resume_after(self, bio: Any, pos: int) -> int | None:
+        """Where the scan can go on after a damaged record at ``pos`` in a file that is whole (its footer is
+        there): the next chunk its summary's chunk index names. The chunk at ``pos``, if the index has one, is
+        skipped with its time range."""
+        if self._chunk_index is None:
+            self._chunk_index = _chunk_index(bio, self.size)
+            bio.seek(pos + 9)
+        after = [offset for offset in self._chunk_index if offset > pos]
+        if not after:
+            return None
+        if pos in self._chunk_index:
+            start_ns, end_ns = self._chunk_index[pos]
+            self.skipped.append(ChunkDamage(pos, start_ns, end_ns, "damaged chunk record"))
+        return min(after)
 
     def _problem(self, offset: int, text: str) -> None:
         self.problems.append(f"{text} at byte {offset} of {self.size}")
@@ -157,6 +207,12 @@ class McapScan:
             opcode, length = head[0], struct.unpack_from("<Q", head, 1)[0]
             body_at = pos + 9
             available = max(0, min(length, self.size - body_at))
+            if available < length and (resume := self._resume_after(bio, pos)) is not None:
+                self._problem(pos, f"damaged record (opcode 0x{opcode:02x}, {length} bytes declared), read on at byte "
+                              f"{resume}, the next chunk")  # fmt: skip
+                pos = resume
+                bio.seek(pos)
+                continue
             if opcode == 0x06:
                 last_chunk = pos
                 self._scan_chunk(bio, body_at, length, available)
@@ -236,19 +292,13 @@ class McapScan:
         complete = chunk.length == chunk.declared
         try:
             if complete:
-                data = chunk_records(raw, chunk.compression, chunk.uncompressed_size)
-                if chunk.crc and zlib.crc32(data) != chunk.crc:
-                    raise ValueError("chunk checksum mismatch")
-            elif chunk.compression == "":
-                data = raw
-            else:  # what a cut compressed stream gives
-                data = _partial_records(raw, chunk.compression)
+                return chunk_records(raw, chunk.compression, chunk.uncompressed_size, chunk.crc)
+            return decompress_records(raw, chunk.compression)  # a cut chunk: what its records hold
         except Exception as exc:
             if report:
-                reason = str(exc) if "mismatch" in str(exc) else f"chunk does not decompress ({exc})"
+                reason = str(exc) if isinstance(exc, ChunkError) else f"chunk does not decompress ({exc})"
                 self.skipped.append(ChunkDamage(at, chunk.start_ns, chunk.end_ns, reason))
             return None
-        return data
 
     def messages(self, wanted: set[int]) -> Iterator[tuple[int, int, bytes]]:
         """``(stamp_ns, channel_id, payload)`` for the channels in ``wanted``, in time order."""
@@ -288,17 +338,24 @@ class McapScan:
             yield (stamp, len(self.chunks), channel, bio.read(length))
 
 
-def _partial_records(raw: bytes, compression: str) -> bytes:
-    """What a cut ``zstd`` or ``lz4`` stream decompresses to."""
-    if compression == "zstd":
-        from backports import zstd  # rosbags' own dependency
-
-        return zstd.ZstdDecompressor().decompress(raw)
-    if compression == "lz4":
-        import lz4.frame
-
-        return lz4.frame.LZ4FrameDecompressor().decompress(raw)
-    raise ValueError(f"unsupported chunk compression {compression!r}")
+def _chunk_index(bio: Any, size: int) -> dict[int, tuple[int, int]]:
+    """The chunk offsets and time ranges the summary's chunk indexes name (empty without a readable footer)."""
+    if size < 8 + _FOOTER:
+        return {}
+    bio.seek(size - _FOOTER)
+    tail = bio.read(_FOOTER)
+    summary_start = struct.unpack_from("<Q", tail, 9)[0]
+    if tail[-8:] != MCAP_MAGIC or tail[0] != 0x02 or not 8 < summary_start < size - _FOOTER:
+        return {}
+    bio.seek(summary_start)
+    summary = bio.read(size - _FOOTER - summary_start)
+    found = {}
+    for opcode, start, end in _iter_records(summary):
+        if opcode == 0x08 and end - start >= 24:
+            start_ns, end_ns, offset = struct.unpack_from("<QQQ", summary, start)
+            if 8 <= offset < summary_start:
+                found[offset] = (start_ns, end_ns)
+    return found
 
 
 def _mcap_string(buf: bytes, offset: int) -> tuple[str, int]:

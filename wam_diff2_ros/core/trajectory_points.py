@@ -4,9 +4,11 @@ ROS-free: ``ros/autoware.py`` turns the points into messages. Given the ego pose
 odometry's frame), the measured longitudinal speed and the plan's waypoints in the same frame
 (``frames.transform_waypoints``), the points are:
 
-* point 0: the ego pose at the image stamp, ``t`` 0, the measured speed; points 1..n: the waypoints at their
-  times (0.5 s steps), poses exactly as ``~/output/path_fixed`` has them (yaw: the direction from the previous
-  point, as the parser derives it);
+* point 0: the ego pose at the image stamp (its measured yaw), ``t`` 0, the measured speed; points 1..n: the
+  waypoints at their times (0.5 s steps), positions exactly as ``~/output/path_fixed`` has them, yaw the path's
+  tangent: the direction of the central difference ``p[i+1] − p[i−1]`` inside, of the one-sided second-order
+  difference (the parabola through the last three points) at the last one (``path_fixed``'s yaw, the direction
+  from the previous point, lags half a segment behind in curves);
 * speed: point 0 measured; the others by central differences over the timed points, ``|p[i+1] − p[i−1]| /
   (t[i+1] − t[i−1])``, the last one backward ``|p[n] − p[n−1]| / (t[n] − t[n−1])``;
 * acceleration and heading rate: the same differences of the speeds and of the (unwrapped) yaws over time:
@@ -73,6 +75,24 @@ def _unwrapped(yaws: Sequence[float]) -> list[float]:
     return out
 
 
+def _tangent(times: Sequence[float], xs: Sequence[float], ys: Sequence[float], i: int) -> float:
+    """The path's direction at point ``i`` (``i >= 1``): central difference inside; at the last point the one-sided
+    second-order difference (the derivative at ``t[n]`` of the parabola through the last three points), which a
+    circle's tangent keeps as the central one does (the direction from the previous point lags half a segment)."""
+    last = len(xs) - 1
+    if i < last:
+        return math.atan2(ys[i + 1] - ys[i - 1], xs[i + 1] - xs[i - 1])
+    t0, t1, t2 = times[i - 2], times[i - 1], times[i]
+    w0 = (t2 - t1) / ((t0 - t1) * (t0 - t2))
+    w1 = (t2 - t0) / ((t1 - t0) * (t1 - t2))
+    w2 = (2 * t2 - t0 - t1) / ((t2 - t0) * (t2 - t1))
+    dx = w0 * xs[i - 2] + w1 * xs[i - 1] + w2 * xs[i]
+    dy = w0 * ys[i - 2] + w1 * ys[i - 1] + w2 * ys[i]
+    if math.hypot(dx, dy) * (t2 - t1) < MIN_STEP_M:  # the parabola stops there (a reversal): the last segment's
+        return math.atan2(ys[i] - ys[i - 1], xs[i] - xs[i - 1])
+    return math.atan2(dy, dx)
+
+
 def trajectory_points(
     waypoints: Sequence[Waypoint], pose: EgoPose, speed: float, wheelbase_m: float
 ) -> tuple[TimedPoint, ...]:
@@ -86,8 +106,6 @@ def trajectory_points(
         raise TrajectoryError("a waypoint, the ego pose or the speed is not finite")
     times = [0.0] + [w.t for w in waypoints]
     xs, ys = [pose.x] + [w.x for w in waypoints], [pose.y] + [w.y for w in waypoints]
-    headings = [pose.yaw] + [w.yaw for w in waypoints]
-    yaws = _unwrapped(headings)
     arc = [0.0]
     for i in range(1, len(times)):
         if times[i] <= times[i - 1]:
@@ -98,6 +116,8 @@ def trajectory_points(
             raise TrajectoryError(f"waypoint {i} duplicates {what} (step {step:.4f} m): no heading to follow")
         arc.append(arc[-1] + step)
     last = len(times) - 1
+    headings = [pose.yaw] + [_tangent(times, xs, ys, i) for i in range(1, last + 1)]
+    yaws = _unwrapped(headings)
     speeds = [speed]
     for i in range(1, len(times)):
         lo, hi = i - 1, min(i + 1, last)

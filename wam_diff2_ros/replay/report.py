@@ -268,6 +268,7 @@ def _run_section(
         "bag_start_ns": run.bag_start_ns,
         "last_message_ns": run.last_stamp_ns,
         "messages_read": run.messages_read,
+        "bag_skipped_chunks": [vars(damage) for damage in getattr(reader, "skipped_chunks", ())],
         "messages_fed": dict(sorted(run.messages_fed.items())),
         "detections": run.detections if plan.detect else None,
         "output_messages": outputs.output_counts(),

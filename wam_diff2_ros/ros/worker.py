@@ -31,6 +31,17 @@ WORKER_JOIN_TIMEOUT_S = 30.0
 QUESTION_QUEUE = 10
 
 
+def default_command_warning(source: str, command: Any) -> str:
+    """The warning logged once, at the first plan made with ``command.default``."""
+    value = getattr(command, "value", command)
+    if source == "fixed":
+        return (
+            f"command.source fixed: every plan uses command.default {value!r}; no route, turn signal or command "
+            "topic is read, so the plan does not follow the route at junctions"
+        )
+    return f"planning with command.default {value!r}: no (fresh) command from command.source {source}"
+
+
 class Worker:
     """The worker thread and what it publishes (see the module docstring).
 
@@ -64,6 +75,7 @@ class Worker:
         self._due = dict.fromkeys(("plan", "detect"), False)
         self._questions: deque[str] = deque(maxlen=QUESTION_QUEUE)
         self._last_problem_kinds: tuple[str, ...] = ()
+        self._default_command_warned = False
 
     # ---- control (executor threads)
 
@@ -218,6 +230,9 @@ class Worker:
         for name, msg in cycle.outputs():
             self._publish(name, msg)
         self._last_problem_kinds = ()
+        if result.observation.command_source == "default" and not self._default_command_warned:
+            self._default_command_warned = True
+            self._logger.warning(default_command_warning(runtime.config.command_source, result.observation.command))
         withheld = cycle.withheld
         if withheld:
             self._health.plan_withheld(withheld, result.timing, now, result.stamp_ns)

@@ -93,7 +93,7 @@ class NodeConfig:
     debug_camera_pose: tuple[float, float, float, float, float, float] | None
     viewer_port: int = 0
     viewer_host: str = "127.0.0.1"
-    command_source: str = "topic"  # topic | turn_indicators | route
+    command_source: str = "topic"  # one of COMMAND_SOURCES
     turn_signal_hold_s: float = DEFAULT_HOLD_S
     route_lookahead_m: float = DEFAULT_LOOKAHEAD_M
     route_lateral_threshold_m: float = DEFAULT_LATERAL_THRESHOLD_M
@@ -353,6 +353,8 @@ def _read(reader: ValueReader, require_model: bool) -> NodeConfig:
         autoware_outputs=reader.boolean("autoware.outputs"),
         wheelbase_m=reader.number("vehicle.wheelbase_m", positive=True),
     )
+    if config.command_source == "fixed" and config.sync.default_command is None:
+        reader.fail("command.default", "command.source fixed plans with this command: set left|straight|right|unknown")
     if config.viewer_port > 65535:
         reader.fail("viewer.port", f"must be <= 65535, got {config.viewer_port}")
     if not config.viewer_host.strip():

@@ -37,7 +37,7 @@ RELIABILITIES = ("best_effort", "reliable")
 DURABILITIES = ("volatile", "transient_local")
 DEVICES_HINT = "auto, cpu, cuda, cuda:N, npu, npu:N"
 DTYPES = ("bfloat16", "float16", "float32")
-COMMAND_SOURCES = ("topic", "turn_indicators", "route")
+COMMAND_SOURCES = ("topic", "turn_indicators", "route", "fixed")
 
 
 class ParameterError(ValueError):
@@ -238,8 +238,9 @@ PARAMETER_SPECS: tuple[ParameterSpec, ...] = (
         "command.source",
         COMMAND_SOURCES[0],
         "where the command comes from: topic (~/input/command, ~/input/driving_command), turn_indicators "
-        "(Autoware's TurnIndicatorsCommand on ~/input/turn_indicators, an approximation of a route command) or "
-        "route (nav_msgs/Path of the route's centre line on ~/input/route, base_link or the odometry's frame)",
+        "(Autoware's TurnIndicatorsCommand on ~/input/turn_indicators, an approximation of a route command), "
+        "route (nav_msgs/Path of the route's centre line on ~/input/route, base_link or the odometry's frame) or "
+        "fixed (always command.default, no command input; a warning says so once)",
     ),
     ParameterSpec(
         "command.turn_signal_hold_s",
