@@ -63,6 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Console script ``wam-diff2-drive``; returns the exit code."""
+    from wam_diff2_ros.cli.toolkit import tolerant_output
+
+    tolerant_output()
     from wam_diff2_ros.drive.world import ScenarioError, build_world, load_scenarios
     from wam_diff2_ros.replay.errors import ReplayUsageError
     from wam_diff2_ros.replay.settings import parse_set
