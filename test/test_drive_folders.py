@@ -111,3 +111,17 @@ def test_scores_md_keeps_every_name_a_cell(tmp_path: Path) -> None:
     assert len(lines) == 4 and all(line.replace("\\|", "").count("|") == 13 for line in lines)
     assert len(table) < 3000  # the long reason is shortened in the table ...
     assert json.loads((tmp_path / "scores.json").read_text())["episodes"][0]["stop_reason"].endswith("x" * 5000)
+
+
+def test_the_console_script_refuses_a_foreign_folder_before_loading_the_model(tmp_path: Path, capsys) -> None:
+    from wam_diff2_ros.cli.drive import main
+
+    out = tmp_path / "out"
+    (out / "one").mkdir(parents=True)
+    (out / "one" / "notes.txt").write_text("mine", encoding="utf-8")
+    scenarios = _scenarios(tmp_path / "s.yaml", "one", "two")
+    model = tmp_path / "no_model_here"  # never loaded: the refusal comes first
+    model.mkdir()
+    assert main([str(scenarios), "--model", str(model), "--out", str(out)]) == 2
+    assert "not episode outputs (notes.txt)" in capsys.readouterr().err
+    assert sorted(p.name for p in out.rglob("*")) == ["notes.txt", "one"]

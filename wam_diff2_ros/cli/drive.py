@@ -145,6 +145,10 @@ def _run(prog: str, args: argparse.Namespace, specs: list, options: EpisodeOptio
         if args.workers < 1:
             raise DriveUsageError("--workers must be >= 1")
         return _run_ray(args, specs, options)
+    if len(specs) > 1:
+        from wam_diff2_ros.drive.batch import scenario_folders
+
+        scenario_folders(specs, options, str(config.model_path))  # refused before the model loads
     if args.bench:
         render = bench_renderer(specs[0], options.width, options.height)
         print(bench_text(render, None, options.width, options.height), end="", flush=True)
