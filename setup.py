@@ -92,6 +92,8 @@ setup(
         "colcon": ["colcon-common-extensions>=0.3", "ros-ament-cmake-pytest"],
         # Triton kernels of the fast/fused engines (core/engine/triton_kernels.py); on CPU: interpreter tests only.
         "gpu-kernels": ["triton>=3.4"],
+        # wam-diff2-egodriver: the planner as an egodriver policy (AlpaSim, CARLA; docs/egodriver.md).
+        "egodriver": ["carla-driver-interface==2.3.1"],
     },
     entry_points={
         "console_scripts": [
@@ -106,6 +108,7 @@ setup(
             "wam-diff2-train-demo = wam_diff2_ros.cli.train_demo:main",
             "wam-diff2-play = wam_diff2_ros.cli.play:main",
             "wam-diff2-drive = wam_diff2_ros.cli.drive:main",
+            "wam-diff2-egodriver = wam_diff2_ros.cli.egodriver:main",
         ],
     },
 )

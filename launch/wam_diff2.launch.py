@@ -20,7 +20,7 @@ Arguments (``ros2 launch wam_diff2_ros wam_diff2.launch.py --show-args``):
 * input remaps, one per input of the node's input table (``wam_diff2_ros.ros.inputs``): ``image_topics``
   and ``camera_info_topics`` (comma-separated, in ``cameras.names`` order → ``~/input/image_<n>``,
   ``~/input/camera_info_<n>``), ``odometry_topic``, ``acceleration_topic``, ``command_topic``,
-  ``driving_command_topic`` (empty = no remap).
+  ``driving_command_topic``, ``turn_indicators_topic``, ``route_topic`` (empty = no remap).
 
 Fast DDS: unless ``FASTDDS_DEFAULT_PROFILES_FILE`` / ``FASTRTPS_DEFAULT_PROFILES_FILE`` is already set,
 the package's ``config/fastdds_profile.xml`` is set for every process this launch starts (large images

@@ -2,7 +2,7 @@
 # Set up the project's virtual environments (idempotent; re-runs only what changed).
 #
 #   scripts/bootstrap.sh          .venv: torch (CPU 2.13.0 by default), the package with its ROS 2 (PyPI
-#                                 wheels), replay, fleet, test, colcon, viewer and report-test extras, and the
+#                                 wheels), replay, fleet, test, colcon, viewer, report-test and egodriver extras, and the
 #                                 package's own ROS messages.
 #   scripts/bootstrap.sh --tf457  .venv-tf457: the core engine against transformers 4.57.3 (the reference's pin).
 #
@@ -52,7 +52,7 @@ if [ "$MODE" = --tf457 ]; then
   EXTRA_SPECS=("transformers==4.57.3")
 else
   VENV=.venv
-  EXTRAS=".[ros,replay,fleet,test,colcon,viewer,report-test,gpu-kernels]"
+  EXTRAS=".[ros,replay,fleet,test,colcon,viewer,report-test,gpu-kernels,egodriver]"
   EXTRA_SPECS=()
 fi
 STAMP="$VENV/.bootstrap-$(stamp_of | sha256sum | cut -c1-16)"

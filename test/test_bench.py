@@ -42,6 +42,27 @@ def test_bench_compares_exact_and_fast_on_the_tiny_model(tmp_path, capsys):
     assert "tokens identical: True" in printed and "host_syncs_per_step" in printed
 
 
+def test_bench_counts_one_host_read_per_step_on_the_demo_model_with_its_packed_output_rows(tmp_path):
+    """The demo model's output layer keeps 84 nonzero rows, which the CPU kernel packs: the counted contract (one
+    device->host read per denoising step) holds on that path too, with the exact engine's tokens."""
+    from core_helpers import can_build_row_kernel
+
+    from wam_diff2_ros.core.engine.cpu_kernels import kernel_isa
+
+    out = tmp_path / "bench.json"
+    argv = ["--model_id", "demo", "--device", "cpu", "--dtype", "float32", "--width", "64", "--height", "64"]
+    argv += ["--engine", "exact", "--engine", "fast", "--max_new_tokens", "16", "--block_size", "16"]
+    argv += ["--warmup", "0", "--iterations", "1", "--json", str(out)]
+    assert bench.main(argv) == 0
+    figures = json.loads(out.read_text())
+    assert figures["tokens_identical"] is True
+    for name, engine in figures["engines"].items():
+        assert engine["host_syncs_per_step"] == 1.0, name
+    packed = {what: path for what, path in figures["cpu_kernels"]["paths"].items() if "nonzero rows" in what}
+    if can_build_row_kernel(kernel_isa()):
+        assert packed and all(path.startswith("kernel") for path in packed.values()), packed
+
+
 def test_bench_decoding_defaults_come_from_decode_config():
     args = bench.build_parser().parse_args([])
     assert args.max_new_tokens is None and args.block_size is None  # filled from DecodeConfig in run()

@@ -242,9 +242,21 @@ def test_an_output_layer_of_mostly_zero_rows_computes_only_the_others_with_the_s
                 assert logits.shape == (rows.numel(), vocab)
                 assert torch.equal(logits, full[rows])
                 assert layer._packed_weights()[0].shape[0] == -(-84 // 16)  # 6 tiles instead of 9496
-        broken = hidden[0][[2, 9]].clone()
-        broken[1, 7] = float("inf")  # the stock layer writes NaN into the zero rows' logits of such a row
-        assert layer(broken, (1, 32)) is None
+        block = hidden.clone()
+        block[0, 9, 7] = float("inf")  # the stock layer writes NaN into the zero rows' logits of such a row
+        block[0, 11, 3] = float("nan")
+        broken = block[0][[2, 9, 11]]
+        logits = layer(broken, (1, 32))
+        if logits is not None:  # the same NaN (and the same other logits) without a host read
+            stock = head(block).reshape(-1, vocab)[[2, 9, 11]]
+            assert torch.equal(logits.isnan(), stock.isnan()) and logits.isnan()[1:].any()
+            assert torch.equal(logits[~logits.isnan()], stock[~stock.isnan()])
+            assert not logits[0].isnan().any()
+            from wam_diff2_ros.bench.host_reads import count_host_reads
+
+            with count_host_reads() as reads:
+                layer(broken, (1, 32))
+            assert reads.total == 0
     finally:
         torch.set_num_threads(previous)
     assert len(verdicts) == 1

@@ -61,10 +61,11 @@ def run(eval_dir: Path, *extra: str, output: str = "out/pred.json") -> tuple[int
     return code, json.loads(path.read_text()) if path.exists() else []
 
 
-def test_predicts_every_sample_and_records_the_failure(eval_dir, monkeypatch):
+def test_predicts_every_sample_and_records_the_failure(eval_dir, monkeypatch, capsys):
     monkeypatch.chdir(eval_dir)  # relative image paths resolve against the eval.json folder, not the cwd
     code, records = run(eval_dir)
-    assert code == 0
+    assert code == infer.EXIT_SOME_FAILED  # the run went on past the failing sample, and says so
+    assert "wam-diff2-infer: warning: 1 of 5 samples failed" in capsys.readouterr().err
     assert [r["id"] for r in records] == ["s0", "s1", "missing", 7, "text"]
     by_id = {r["id"]: r for r in records}
     assert "image not found" in by_id["missing"]["error"] and by_id["missing"]["prediction"] == ""
@@ -102,7 +103,7 @@ def test_resume_keeps_finished_samples_and_retries_failures(eval_dir):
     code, refused = run(eval_dir)  # neither --resume nor --overwrite: the earlier output is not touched
     assert code == 2 and refused == records
     code, resumed = run(eval_dir, "--resume")
-    assert code == 0
+    assert code == 0  # every sample predicted now
     assert resumed[0]["prediction"] == "kept from the first run"
     assert "error" not in resumed[2] and resumed[2]["parsed"]["task"] == "planning"
 
@@ -126,8 +127,31 @@ def test_both_engines_give_the_same_predictions(eval_dir):
 
 def test_batches_give_one_record_per_sample(eval_dir):
     code, records = run(eval_dir, "--batch_size", "3", "--padding_side", "right")
-    assert code == 0 and len(records) == 5
+    assert code == infer.EXIT_SOME_FAILED and len(records) == 5
     assert sum("error" in r for r in records) == 1
+
+
+def test_every_sample_failing_exits_1_and_says_so(eval_dir, capsys):
+    data = eval_dir / "data"
+    samples = json.loads((data / "eval.json").read_text())[:2]
+    for sample in samples:
+        sample["image"] = ["imgs/gone.png"]
+    (data / "all_fail.json").write_text(json.dumps(samples))
+    code = infer.main(
+        ["--model_id", str(tiny_checkpoint()), "--input_file", str(data / "all_fail.json"),
+         "--output_file", str(eval_dir / "fail.json"), *FAST]
+    )  # fmt: skip
+    assert code == 1
+    assert "wam-diff2-infer: error: every sample failed (2 of 2" in capsys.readouterr().err
+    records = json.loads((eval_dir / "fail.json").read_text())
+    assert [("image not found" in r["error"]) for r in records] == [True, True]  # each failure still recorded
+
+
+def test_help_documents_the_exit_codes(capsys):
+    with pytest.raises(SystemExit):
+        infer.main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "1 the checkpoint cannot be loaded, or every sample failed" in text and "3 some samples failed" in text
 
 
 @pytest.mark.parametrize(
@@ -164,9 +188,9 @@ def test_data_parallel_ranks_merge_in_input_order(eval_dir):
         subprocess.Popen(command, env={**env, "RANK": str(r), "LOCAL_RANK": str(r)}, stderr=subprocess.PIPE, text=True)
         for r in (1, 0)
     ]
-    for process in ranks:
+    for rank, process in zip((1, 0), ranks, strict=True):
         _, stderr = process.communicate(timeout=300)
-        assert process.returncode == 0, stderr
+        assert process.returncode == (infer.EXIT_SOME_FAILED if rank == 0 else 0), stderr  # "missing" is rank 0's
     merged = json.loads((eval_dir / "dp.json").read_text())
     assert [r["id"] for r in merged] == [r["id"] for r in single]
     assert [r.get("token_ids") for r in merged] == [r.get("token_ids") for r in single]

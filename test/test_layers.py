@@ -1,10 +1,11 @@
 """The package's layers, read from the source with ``ast`` (nothing is imported).
 
-core ← demo (model fixtures), viewer (live view) ← ros ← bag ← sim / replay / bench / infer ← drive, demo.train ← cli
-(interfaces stands alone): a module may import only from its own layer and the layers its row in :data:`ALLOWED`
-names, also inside functions; core, demo and viewer never import ROS; the imports between the package's modules,
-at module level, inside functions and under ``TYPE_CHECKING`` alike, form no cycle; the tests marked ``core`` (run
-again on the ROS-free transformers 4.57.3 environment by ``scripts/test.sh``) import nothing that needs ROS.
+core ← demo (model fixtures), viewer (live view) ← ros ← bag ← sim / replay / egodriver / bench / infer ← drive,
+demo.train ← cli (interfaces stands alone): a module may import only from its own layer and the layers its row in
+:data:`ALLOWED` names, also inside functions; core, demo and viewer never import ROS; the imports between the
+package's modules, at module level, inside functions and under ``TYPE_CHECKING`` alike, form no cycle; the tests
+marked ``core`` (run again on the ROS-free transformers 4.57.3 environment by ``scripts/test.sh``) import nothing
+that needs ROS.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ ALLOWED: dict[str, set[str]] = {
     "sim": {"core", "bag", "sim"},
     "replay": {"core", "demo", "viewer", "ros", "bag", "replay"},
     "fleet": {"core", "demo", "viewer", "ros", "bag", "sim", "replay", "fleet"},  # sim: `scale`'s synthetic bags
-    "drive": {"core", "demo", "viewer", "ros", "bag", "sim", "replay", "fleet", "drive"},
+    "egodriver": {"core", "demo", "viewer", "ros", "egodriver"},  # the planner as an egodriver policy
+    "drive": {"core", "demo", "viewer", "ros", "bag", "sim", "replay", "fleet", "egodriver", "drive"},
     "demo.train": {"core", "demo", "sim", "demo.train"},
     "bench": {
         "core",
@@ -45,7 +47,7 @@ ALLOWED: dict[str, set[str]] = {
     "infer": {"core", "demo", "infer"},
     "interfaces": {"interfaces"},
     "cli": {
-        *("core", "demo", "viewer", "ros", "bag", "sim", "replay", "fleet", "drive"),
+        *("core", "demo", "viewer", "ros", "bag", "sim", "replay", "fleet", "egodriver", "drive"),
         *("demo.train", "bench", "infer", "interfaces", "cli"),
     },
 }

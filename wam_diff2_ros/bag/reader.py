@@ -2,9 +2,10 @@
 
 :meth:`BagReader.messages` yields ``(topic, msgtype, stamp_ns, msg)`` in receive-time order with ``msg``
 deserialised by ``rclpy.serialization.deserialize_message``. Messages of types that cannot be imported are
-skipped and counted (one :class:`BagWarning` per type). A damaged MCAP file (cut short, or its summary
-damaged) is read by :mod:`wam_diff2_ros.bag.salvage`: everything that decodes is yielded, then a
-:class:`BagReadError` names the file, the byte offset reached and how many messages came through.
+skipped and counted (one :class:`BagWarning` per type). A damaged MCAP file (cut short, its summary damaged, or
+a chunk failing its CRC) is read by :mod:`wam_diff2_ros.bag.salvage`: a damaged chunk is skipped and the reading
+goes on with the next one; everything that decodes is yielded, then a :class:`BagReadError` names the file, the
+skipped chunks' time ranges, the byte offset reached and how many messages came through.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 from rclpy.serialization import deserialize_message
 from rosbags.rosbag2 import Reader as _RosbagsReader
 
+from wam_diff2_ros.bag.checksums import ChunkDamage, damaged_chunks
 from wam_diff2_ros.bag.salvage import McapScan, summary_problem
 from wam_diff2_ros.bag.types import BagMessage, BagNotFoundError, BagReadError, BagWarning, TopicInfo, message_class
 
@@ -33,8 +35,8 @@ class _Part:
         try:
             reader = _RosbagsReader(path)
             reader.open()
-            damage = summary_problem(path) if path.suffix == ".mcap" else None
-            if damage:  # rosbags would read messages through it: a wrong index, channels or nothing at all
+            damage = _mcap_damage(path) if path.suffix == ".mcap" else None
+            if damage:  # rosbags would read through a wrong index, or stop at the first damaged chunk
                 reader.close()
                 raise BagReadError(damage)
             self.reader = reader
@@ -45,6 +47,8 @@ class _Part:
             if path.suffix != ".mcap":
                 raise BagReadError(f"cannot open {path}: {exc}") from exc
             self.scan = McapScan(path)
+            if self.scan.skipped:  # the scan describes the damaged chunks itself, with their message counts
+                self.problem = None
             if not self.scan.problems:  # the data section is whole: what failed is the summary
                 self.scan.problems.append(f"damaged summary ({exc}); the messages are read from the chunks")
 
@@ -93,12 +97,23 @@ class _Part:
             self.reader.close()
 
 
+def _mcap_damage(path: Path) -> str | None:
+    """Why the MCAP file at ``path`` must be read by the recovery scan (a damaged summary, chunks that fail their
+    CRC), or None."""
+    problem = summary_problem(path)
+    if problem:
+        return problem
+    chunks = damaged_chunks(path)
+    return "; ".join(damage.describe() for damage in chunks) if chunks else None
+
+
 class BagReader:
     """Read a rosbag2 bag (folder, ``metadata.yaml``, ``.mcap`` or ``.db3``) as rclpy messages.
 
     Attributes after construction: ``path``, ``topics`` (name -> :class:`TopicInfo`),
     ``message_count``, ``damaged`` (description of damage found while opening, or None),
-    ``skipped`` (``(topic, msgtype)`` -> messages skipped for an unimportable type) and
+    ``skipped`` (``(topic, msgtype)`` -> messages skipped for an unimportable type), ``skipped_chunks`` (the
+    damaged chunks left out: :class:`~wam_diff2_ros.bag.checksums.ChunkDamage`, their time ranges) and
     ``decode_errors`` (messages whose payload did not deserialise).
     """
 
@@ -119,6 +134,7 @@ class BagReader:
         self.topics: dict[str, TopicInfo] = dict(sorted(topics.items()))
         problems = [f"{p.path}: {'; '.join(p.scan.problems)}" for p in self._parts if p.scan and p.scan.problems]
         self.damaged: str | None = " | ".join(problems) if problems else None
+        self.skipped_chunks: list[ChunkDamage] = [d for p in self._parts if p.scan for d in p.scan.skipped]
 
     def _storage_paths(self) -> list[Path]:
         path = self.path
@@ -137,7 +153,7 @@ class BagReader:
                 reader.open()
                 reader.close()
                 files = self._files_from_metadata(folder)
-                damaged = any(summary_problem(f) for f in files if f.suffix == ".mcap")
+                damaged = any(_mcap_damage(f) for f in files if f.suffix == ".mcap")
                 return files if damaged else [folder]
             except Exception as exc:
                 files = self._files_from_metadata(folder)
@@ -208,7 +224,15 @@ class BagReader:
             errors.append(f"{self.decode_errors} message(s) did not deserialise (first: {first_decode_error})")
         if errors:
             got = f"{yielded} message(s) read" + (f", last stamp {last_stamp} ns" if last_stamp is not None else "")
-            raise BagReadError(f"bag {self.path} is damaged: {' | '.join(errors)}; {got}")
+            raise BagReadError(f"bag {self.path} is damaged: {self._skipped_text()}{' | '.join(errors)}; {got}")
+
+    def _skipped_text(self) -> str:
+        """``"N damaged chunk(s) skipped (M messages); "`` or nothing."""
+        if not self.skipped_chunks:
+            return ""
+        counts = [d.messages for d in self.skipped_chunks]
+        lost = f"{sum(c for c in counts if c)} message(s)" if None not in counts else "messages uncounted"
+        return f"{len(self.skipped_chunks)} damaged chunk(s) skipped ({lost}); "
 
     def raw_messages(self, topics: Iterable[str] | None = None) -> Iterator[tuple[str, str, int, bytes]]:
         """Yield ``(topic, msgtype, stamp_ns, cdr_bytes)`` without deserialising (any type)."""
@@ -219,7 +243,7 @@ class BagReader:
         for stamp, topic, msgtype, data in stream:
             yield topic, msgtype, stamp, data
         if errors:
-            raise BagReadError(f"bag {self.path} is damaged: {' | '.join(errors)}")
+            raise BagReadError(f"bag {self.path} is damaged: {self._skipped_text()}{' | '.join(errors)}")
 
     def _wanted(self, topics: Iterable[str] | None, missing_ok: bool) -> set[str] | None:
         if topics is None:

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from wam_diff2_ros.bag.checksums import MCAP_MAGIC, ChunkDamage, chunk_records
 from wam_diff2_ros.bag.types import BagReadError
 
-MCAP_MAGIC = b"\x89MCAP0\r\n"
 _FOOTER = 8 + 1 + 8 + 20  # the footer record (opcode, length, summary start, offset start, crc) and the magic
 #: Records a summary section may hold: schema, channel, chunk index, attachment index, statistics, metadata
 #: index, summary offset.
@@ -113,6 +113,7 @@ class _Chunk:
     uncompressed_size: int
     crc: int
     start_ns: int
+    end_ns: int
 
 
 @dataclass
@@ -127,6 +128,7 @@ class McapScan:
     loose: list[tuple[int, int, int, int]] = field(default_factory=list)  # stamp, channel, offset, len
     counts: Counter[int] = field(default_factory=Counter)
     problems: list[str] = field(default_factory=list)
+    skipped: list[ChunkDamage] = field(default_factory=list)  # damaged chunks left out, in file order
     reached: int = 0  # first byte that could not be used
 
     def __post_init__(self) -> None:
@@ -135,12 +137,13 @@ class McapScan:
             if bio.read(8) != MCAP_MAGIC:
                 raise BagReadError(f"{self.path}: not an MCAP file (bad magic)")
             self._scan(bio)
+        self.problems[:0] = [damage.describe() for damage in self.skipped]
 
     def _problem(self, offset: int, text: str) -> None:
         self.problems.append(f"{text} at byte {offset} of {self.size}")
 
     def _scan(self, bio: Any) -> None:
-        pos = 8
+        pos, last_chunk = 8, -1
         while True:
             head = bio.read(9)
             if len(head) == 0:
@@ -155,6 +158,7 @@ class McapScan:
             body_at = pos + 9
             available = max(0, min(length, self.size - body_at))
             if opcode == 0x06:
+                last_chunk = pos
                 self._scan_chunk(bio, body_at, length, available)
                 if available < length:
                     self.reached = body_at + available
@@ -168,6 +172,9 @@ class McapScan:
                 return
             elif opcode in (0x03, 0x04):
                 self._meta_record(opcode, bio.read(length), pos)
+            elif opcode == 0x07 and self.skipped and self.skipped[-1].offset == last_chunk and length >= 6:
+                entries = struct.unpack_from("<I", bio.read(6), 2)[0] // 16  # a skipped chunk's message index
+                self.skipped[-1].messages = (self.skipped[-1].messages or 0) + entries
             elif opcode == 0x05:
                 rec = bio.read(min(length, 22))
                 if len(rec) == 22 and length >= 22:
@@ -200,7 +207,7 @@ class McapScan:
         if len(head) < 32:
             self._problem(body_at - 9, "truncated chunk header")
             return
-        start_ns, _, usize, crc, clen = struct.unpack_from("<QQQII", head)
+        start_ns, end_ns, usize, crc, clen = struct.unpack_from("<QQQII", head)
         comp = bio.read(min(clen, max(0, available - 32))).decode("ascii", "replace")
         rec_len_raw = bio.read(8)
         if len(comp) < clen or len(rec_len_raw) < 8:
@@ -209,7 +216,7 @@ class McapScan:
         declared = struct.unpack("<Q", rec_len_raw)[0]
         offset = body_at + 32 + clen + 8
         present = max(0, min(declared, self.size - offset))
-        chunk = _Chunk(offset, present, declared, comp, usize, crc, start_ns)
+        chunk = _Chunk(offset, present, declared, comp, usize, crc, start_ns, end_ns)
         if present < declared:
             self._problem(body_at - 9, f"chunk cut short ({present} of {declared} bytes present)")
         data = self._chunk_records(bio, chunk, body_at - 9)
@@ -228,32 +235,18 @@ class McapScan:
         raw = bio.read(chunk.length)
         complete = chunk.length == chunk.declared
         try:
-            if chunk.compression == "":
+            if complete:
+                data = chunk_records(raw, chunk.compression, chunk.uncompressed_size)
+                if chunk.crc and zlib.crc32(data) != chunk.crc:
+                    raise ValueError("chunk checksum mismatch")
+            elif chunk.compression == "":
                 data = raw
-            elif chunk.compression == "zstd":
-                from backports import zstd  # rosbags' own dependency
-
-                data = zstd.ZstdDecompressor().decompress(raw)
-            elif chunk.compression == "lz4":
-                import lz4.frame
-
-                decompressor = lz4.frame.LZ4FrameDecompressor()
-                data = decompressor.decompress(raw)
-            else:
-                if report:
-                    self._problem(at, f"unsupported chunk compression {chunk.compression!r}")
-                return None
+            else:  # what a cut compressed stream gives
+                data = _partial_records(raw, chunk.compression)
         except Exception as exc:
             if report:
-                self._problem(at, f"chunk does not decompress ({exc})")
-            return None
-        if complete and len(data) != chunk.uncompressed_size:
-            if report:
-                self._problem(at, "chunk size mismatch")
-            return None
-        if complete and chunk.crc and zlib.crc32(data) != chunk.crc:
-            if report:
-                self._problem(at, "chunk checksum mismatch")
+                reason = str(exc) if "mismatch" in str(exc) else f"chunk does not decompress ({exc})"
+                self.skipped.append(ChunkDamage(at, chunk.start_ns, chunk.end_ns, reason))
             return None
         return data
 
@@ -293,6 +286,19 @@ class McapScan:
         for stamp, channel, offset, length in loose:
             bio.seek(offset)
             yield (stamp, len(self.chunks), channel, bio.read(length))
+
+
+def _partial_records(raw: bytes, compression: str) -> bytes:
+    """What a cut ``zstd`` or ``lz4`` stream decompresses to."""
+    if compression == "zstd":
+        from backports import zstd  # rosbags' own dependency
+
+        return zstd.ZstdDecompressor().decompress(raw)
+    if compression == "lz4":
+        import lz4.frame
+
+        return lz4.frame.LZ4FrameDecompressor().decompress(raw)
+    raise ValueError(f"unsupported chunk compression {compression!r}")
 
 
 def _mcap_string(buf: bytes, offset: int) -> tuple[str, int]:

@@ -16,6 +16,7 @@ from rosbags.rosbag2 import Writer as _RosbagsWriter
 from rosbags.rosbag2.enums import CompressionFormat, CompressionMode, StoragePlugin
 from rosbags.typesys.store import Typestore
 
+from wam_diff2_ros.bag.checksums import write_checksums
 from wam_diff2_ros.bag.types import (
     BagWarning,
     BagWriteError,
@@ -31,9 +32,10 @@ from wam_diff2_ros.bag.types import (
 class BagWriter:
     """Write a rosbag2 MCAP folder; a context manager that closes the bag even on exceptions.
 
-    ``BagWriter(path)`` creates ``path/`` with ``path.mcap`` and, on :meth:`close`,
-    ``metadata.yaml``. ``compress=True`` zstd-compresses the MCAP chunks (``ros2 bag play``
-    reads those too). ``custom_data`` lands in ``metadata.yaml``.
+        ``BagWriter(path)`` creates ``path/`` with ``path.mcap`` and, on :meth:`close`,
+        ``metadata.yaml``. Chunks, the data section and the summary carry CRCs (rosbags writes 0, "not computed";
+    :meth:`close` fills them in). ``compress=True`` zstd-compresses the MCAP chunks (``ros2 bag play``
+        reads those too). ``custom_data`` lands in ``metadata.yaml``.
     """
 
     def __init__(
@@ -116,10 +118,12 @@ class BagWriter:
         self.counts[topic] += 1
 
     def close(self) -> None:
-        """Finish the MCAP (index, summary) and write ``metadata.yaml``; idempotent."""
+        """Finish the MCAP (index, summary, the CRCs of every chunk, the data section and the summary) and write
+        ``metadata.yaml``; idempotent."""
         if not self.closed:
             self.closed = True
             self._writer.close()
+            write_checksums(self.storage_file)
 
     def _check_open(self) -> None:
         if self.closed:

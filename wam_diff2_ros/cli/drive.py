@@ -56,6 +56,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="be the simulator node: plan with the planner node "
         "over DDS (/clock, sensor topics; the node needs use_sim_time and planning.rate_hz 0)",
     )
+    parser.add_argument(
+        "--driver",
+        metavar="ADDRESS",
+        help="plan with the egodriver policy (AlpaSim's gRPC contract) served at HOST:PORT or unix:PATH instead of "
+        "the model in this process (--model is then not needed)",
+    )
     parser.add_argument("--list", action="store_true", help="list the scenarios and exit")
     parser.add_argument("--bench", action="store_true", help="print the renderer's and the episode's timing")
     return parser
@@ -91,8 +97,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                     f"{spec.name}: seed {spec.seed}, {spec.duration_s:g} s, {spec.speed_mps:g} m/s. {spec.description}"
                 )
             return 0
-        if not args.model or args.out is None:
-            raise DriveUsageError("--model and --out are required")
+        if args.driver and (args.dds or args.workers is not None):
+            raise DriveUsageError("--driver runs in this process: not with --dds or --workers")
+        if (not args.model and not args.driver) or args.out is None:
+            raise DriveUsageError("--model (or --driver) and --out are required")
         width, _, height = args.size.partition("x")
         if not (width.isdigit() and height.isdigit()) or not (64 <= int(width) <= 4096 and 48 <= int(height) <= 4096):
             raise DriveUsageError(f"--size {args.size}: expected WIDTHxHEIGHT within 64x48 .. 4096x4096")
@@ -101,7 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         overrides = parse_set(args.set)
         if args.dds:
             overrides["planning.rate_hz"] = 0.0  # the planner node plans on each image; the simulator picks
-        config = node_config(args.model, args.device, overrides)
+        config = node_config(args.model or "tiny", args.device, overrides)  # with --driver: its defaults only
     except (ScenarioError, DriveUsageError, ReplayUsageError) as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -110,6 +118,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_MODEL
     options = EpisodeOptions(
         dds=args.dds,
+        driver=args.driver or "",
         out=args.out,
         latency_ms=args.latency_ms,
         width=int(width),
@@ -145,6 +154,8 @@ def _run(prog: str, args: argparse.Namespace, specs: list, options: EpisodeOptio
         if args.workers < 1:
             raise DriveUsageError("--workers must be >= 1")
         return _run_ray(args, specs, options)
+    if args.driver:
+        return _run_driver(specs, options, config)
     if len(specs) > 1:
         from wam_diff2_ros.drive.batch import scenario_folders
 
@@ -175,6 +186,24 @@ def _run(prog: str, args: argparse.Namespace, specs: list, options: EpisodeOptio
             )
         return result.exit_code
     _rows, code = run_many(specs, options, config, engine)
+    print((options.out / "scores.md").read_text(encoding="utf-8"), end="")
+    return code
+
+
+def _run_driver(specs: list, options: EpisodeOptions, config: object) -> int:
+    """Every scenario with the egodriver policy at ``--driver`` (one session per episode)."""
+    from wam_diff2_ros.drive.batch import run_many
+    from wam_diff2_ros.drive.run import run_episode
+
+    if len(specs) == 1:
+        result = run_episode(specs[0], options, config, None)
+        terms, plans = result.score["score"], result.score["plans"]
+        print(
+            f"{specs[0].name} ({result.score['model']}): PDMS {_f(terms.get('pdms'))}; "
+            f"{plans['valid']}/{plans['made']} plans valid; {result.score['stop_reason']}"
+        )
+        return result.exit_code
+    _rows, code = run_many(specs, options, config, None)
     print((options.out / "scores.md").read_text(encoding="utf-8"), end="")
     return code
 

@@ -12,6 +12,7 @@ import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from wam_diff2_ros.cli import toolkit
 from wam_diff2_ros.core.engine.decoding import ENGINES, REMASKING_STRATEGIES, DecodeConfig
@@ -30,6 +31,12 @@ from wam_diff2_ros.infer.samples import LOG, UsageError, load_samples
 _DECODE = DecodeConfig()
 
 PROG = "wam-diff2-infer"
+#: Some samples failed (recorded with their ``error``), the others were predicted.
+EXIT_SOME_FAILED = 3
+EXIT_CODES = (
+    "Exit codes: 0 every sample predicted; 1 the checkpoint cannot be loaded, or every sample failed; 2 bad "
+    "command line or input file; 3 some samples failed (each recorded with its error, the others predicted)."
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = toolkit.Parser(
         prog=PROG,
         description="Block-diffusion inference of a WAM-Diff2 checkpoint over a reference-format eval.json.",
+        epilog=EXIT_CODES,
     )
     parser.add_argument("--model_id", required=True, help="checkpoint directory (config.json, *.safetensors, ...)")
     parser.add_argument("--input_file", required=True, help="eval.json: a list of samples with conversations")
@@ -157,12 +165,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     write_json_atomic(target, records)
     if not final:
         if shard.rank != 0:
-            return 0
+            return exit_code(records, f"rank {shard.rank}")
         records = merge_shards(output_path, shard, len(samples))
         write_json_atomic(output_path, records)
     failed = sum(1 for r in records if "error" in r)
     LOG.info("wrote %s: %d predicted, %d failed", output_path, len(records) - failed, failed)
-    return 0
+    return exit_code(records, str(output_path))
+
+
+def exit_code(records: Sequence[dict[str, Any]], where: str) -> int:
+    """0 when every record was predicted, :data:`EXIT_SOME_FAILED` (with a warning saying how many) when some
+    failed, 1 (with an error) when every one did."""
+    failed = sum(1 for r in records if "error" in r)
+    if not failed:
+        return toolkit.EXIT_OK
+    if failed == len(records):
+        toolkit.error(PROG, f"every sample failed ({failed} of {failed}; see the error of each in {where})")
+        return toolkit.EXIT_FAILED
+    toolkit.warning(PROG, f"{failed} of {len(records)} samples failed (see their error in {where})")
+    return EXIT_SOME_FAILED
 
 
 if __name__ == "__main__":

@@ -13,6 +13,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from numbers import Real
 
+#: A comfortable deceleration (m/s²), within NAVSIM's comfort bound (4.05): how hard the closed loop's controller
+#: brakes when no plan is in force (``drive/controller.py``) and how the egodriver policy's stop brakes.
+COMFORTABLE_DECEL_MPS2 = 2.0
+
 
 @dataclass(frozen=True)
 class KinematicLimits:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from wam_diff2_ros.core.kinematics import COMFORTABLE_DECEL_MPS2
 from wam_diff2_ros.drive.vehicle import VehicleLimits, VehicleState
 
 LOOKAHEAD_MIN_M = 4.0
@@ -30,7 +31,7 @@ SPEED_PREVIEW_S = 0.3
 KP = 1.0  # 1/s
 KI = 0.2  # 1/s²
 INTEGRAL_LIMIT = 2.0  # m/s
-FALLBACK_DECEL = -2.0  # m/s²: within NAVSIM's comfort bound (-4.05)
+FALLBACK_DECEL = -COMFORTABLE_DECEL_MPS2  # m/s²
 
 
 @dataclass(frozen=True)

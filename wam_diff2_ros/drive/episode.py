@@ -67,6 +67,7 @@ class EpisodeOptions:
     dds: bool = False  # the planner node over DDS (drive/dds.py) instead of the runtime in this process
     dds_wait_s: float = 120.0  # DDS: how long to wait for the planner node (start, each plan)
     dds_resend_s: float = 5.0  # DDS: wall seconds without a trajectory before the awaited image goes out again
+    driver: str = ""  # an egodriver policy's address (drive/egodriver.py) instead of the runtime in this process
 
 
 @dataclass

@@ -74,6 +74,8 @@ def run_episode(
         if not episode.wait_for_planner(options.dds_wait_s):
             episode.close()
             raise DriveUsageError(f"no planner node on the sensor topics within {options.dds_wait_s:g} s")
+    elif options.driver:
+        episode = _driver_episode(spec, options, config, log, world)
     else:
         episode = Episode(spec, config, engine, options, log, world)
     scenario_json = json.dumps(dataclasses.asdict(spec))
@@ -86,7 +88,7 @@ def run_episode(
         episode.stop_reason = "interrupted (Ctrl-C or SIGTERM)"
     finally:
         recorder.close()
-        if options.dds:
+        if options.dds or options.driver:
             episode.close()
     wall_s = time.perf_counter() - wall_start
     early = not interrupted and not episode.stop_reason.startswith("the scenario's")
@@ -95,9 +97,9 @@ def run_episode(
     limits = VehicleLimits()
     document = {
         "scenario": dataclasses.asdict(spec),
-        "model": str(getattr(config, "model_path", "")),
+        "model": getattr(episode, "planner_label", None) or str(getattr(config, "model_path", "")),
         "latency_ms": options.latency_ms,
-        "mode": "dds" if options.dds else "in-process",
+        "mode": "dds" if options.dds else "driver" if options.driver else "in-process",
         "stop_reason": episode.stop_reason,
         "interrupted": interrupted,
         "simulated_s": simulated_s,
@@ -114,6 +116,22 @@ def run_episode(
     if options.report:
         write_report(options.out / "report.html", document, episode)
     return EpisodeResult(options.out, document, EXIT_INTERRUPTED if interrupted else EXIT_OK, interrupted)
+
+
+def _driver_episode(spec: ScenarioSpec, options: EpisodeOptions, config: Any, log: Any, world: Any) -> Episode:
+    """The episode with the egodriver policy at ``options.driver``, its session started."""
+    from wam_diff2_ros.drive.egodriver import DriverError, EgodriverEpisode
+
+    try:
+        episode = EgodriverEpisode(spec, config, None, options, log, world, address=options.driver)
+    except DriverError as exc:
+        raise DriveUsageError(str(exc)) from None
+    try:
+        episode.start_session()
+    except DriverError as exc:
+        episode.close()
+        raise DriveUsageError(str(exc)) from None
+    return episode
 
 
 def _jsonable(value: Any) -> Any:

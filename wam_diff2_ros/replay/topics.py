@@ -145,6 +145,8 @@ def _single(topics: Mapping[str, Any], spec: InputSpec, requested: str | None, n
         _check_topic(topics, requested, flag, types)
         return requested
     candidates = _by_type(topics, *types)
+    if spec.words_only:  # a common type (nav_msgs/Path): only a topic named for the input
+        candidates = [c for c in candidates if any(word in c.lower() for word in spec.prefer_words)]
     if not candidates:
         if not _has_alternative(spec):  # alternatives are reported together (select_topics)
             notes.append(f"{what}: the bag has no {' / '.join(types)} topic")

@@ -11,7 +11,8 @@ Roles: ``image`` (``sensor_msgs/Image`` or ``CompressedImage`` by ``cameras.tran
 per camera (``index`` = camera index), ``odometry``, ``acceleration``, ``command`` (``std_msgs/String``) and
 ``driving_command`` (``wam_diff2_ros/DrivingCommand``, the same input under its own topic name; only where the
 package's messages import), and ``turn_indicators`` (Autoware's ``TurnIndicatorsCommand``, the command from the
-route's turn signal); ``command.source`` says which command rows are used. The VQA question topic is not an
+route's turn signal), and ``route`` (``nav_msgs/Path``, the route's centre line: the command by the route rule,
+``ros/route_input.py``); ``command.source`` says which command rows are used. The VQA question topic is not an
 input of the runtime: the node queues questions for its worker (:data:`~.topics.QUESTION_TOPIC`).
 
 No ROS import and nothing else of ``ros/``: the table names message types (``pkg/msg/Name``), so the parameter
@@ -41,6 +42,7 @@ class InputSpec:
     name: str = ""  # its name in diagnostics (default: the role; per camera: "<role>_<n> (<camera>)")
     optional: bool = True  # the replay may run without it (`--<role>-topic none`)
     prefer_words: tuple[str, ...] = ()  # replay: of several topics of the type, the one whose name holds one
+    words_only: bool = False  # replay: only a topic whose name holds one of prefer_words (a common type)
     command_source: str = ""  # a command input: used only when command.source is this
 
     @property
@@ -106,6 +108,17 @@ INPUTS: tuple[InputSpec, ...] = (
         "reliable",
         name="command",
         command_source="turn_indicators",
+    ),
+    InputSpec(
+        "route",
+        ("nav_msgs/msg/Path",),
+        ("on_route",),
+        "route",
+        "reliable",
+        prefer_words=("route",),
+        words_only=True,
+        name="command",
+        command_source="route",
     ),
 )
 SPEC_BY_ROLE: dict[str, InputSpec] = {spec.role: spec for spec in INPUTS}

@@ -56,6 +56,7 @@ from wam_diff2_ros.viewer.scene import PlanUpdate
 from . import autoware, candidate_outputs, conversions, outputs
 from .debug_image import draw_debug_image
 from .params import NodeConfig
+from .route_input import RouteSource
 
 
 @dataclass
@@ -165,6 +166,7 @@ class PlannerRuntime:
         self.vision_msgs = outputs.vision_messages()
         self.autoware_msgs = autoware.autoware_messages() if config.autoware_outputs else None
         self.turn_signal = TurnSignalHold(config.turn_signal_hold_s)
+        self.route = RouteSource(config.route_lookahead_m, config.route_lateral_threshold_m, config.turn_signal_hold_s)
         self.last_planned_stamp_ns: int | None = None
         self.latest_plan: PlanResult | None = None
         self.latest_detection: DetectionResult | None = None
@@ -181,6 +183,7 @@ class PlannerRuntime:
         self.buffer.fallback_hfov_deg = config.fallback_hfov_deg
         self.pipeline.config = config.planning
         self.turn_signal.hold_s = config.turn_signal_hold_s
+        self.route.configure(config.route_lookahead_m, config.route_lateral_threshold_m, config.turn_signal_hold_s)
 
     # ---- inputs (each returns None, or the problem that made it drop the message)
 
@@ -227,11 +230,14 @@ class PlannerRuntime:
         )
 
     def on_odometry(self, msg: Any, receive_ns: int) -> InputProblem | None:
-        """A ``nav_msgs/Odometry`` (twist for the prompt, pose for the fixed-frame plan)."""
+        """A ``nav_msgs/Odometry`` (twist for the prompt, pose for the fixed-frame plan; with ``command.source:
+        route`` also the kept route's command at this pose, ``ros/route_input.py``)."""
 
         def store() -> None:
-            sample = conversions.odometry_sample(msg, receive_ns)
-            self.buffer.add_odometry(replace(sample, pose=conversions.odometry_pose(msg)))
+            sample = replace(conversions.odometry_sample(msg, receive_ns), pose=conversions.odometry_pose(msg))
+            self.buffer.add_odometry(sample)
+            if self.config.command_source == "route":
+                self._add_command(self.route.on_pose(sample.pose, sample.stamp_ns, receive_ns))
 
         return self._guard("odometry", store)
 
@@ -264,10 +270,19 @@ class PlannerRuntime:
 
         return self._guard("command", store)
 
+    def on_route(self, msg: Any, receive_ns: int) -> InputProblem | None:
+        """A ``nav_msgs/Path`` of the route's centre line as the navigation command, held (``ros/route_input.py``)."""
+        return self._guard("command", lambda: self._add_command(self.route.on_path(msg, receive_ns)))
+
+    def _add_command(self, sample: CommandSample | None) -> None:
+        if sample is not None:
+            self.buffer.add_command(sample)
+
     def reset(self) -> None:
         """Forget all inputs and results (deactivation, replay restart)."""
         self.buffer.clear()
         self.turn_signal.reset()
+        self.route.reset()
         self.last_planned_stamp_ns = None
         self.latest_plan = None
         self.latest_detection = None

@@ -26,6 +26,7 @@ The topics (``<n>`` = camera index in ``cameras.names``):
 ``~/output/autoware/candidates``        ``autoware_internal_planning_msgs/CandidateTrajectories`` (likewise)
 ``~/input/turn_indicators``             ``autoware_vehicle_msgs/TurnIndicatorsCommand`` (``command.source``
                                         ``turn_indicators``)
+``~/input/route``                       ``nav_msgs/Path``, the route's centre line (``command.source`` ``route``)
 ``~/output/markers``                    ``visualization_msgs/MarkerArray`` (path and detections)
 ``~/output/detections``                 ``wam_diff2_ros/DetectionArray``
 ``~/output/detections_2d``              ``vision_msgs/Detection2DArray`` (where vision_msgs is installed)

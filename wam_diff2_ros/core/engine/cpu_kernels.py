@@ -319,17 +319,15 @@ class ExactRowLogits:
         """Logits [N, V] of hidden rows [N, D] taken from a [B, L] block, or None (compute all rows instead).
 
         Where most of the output layer's rows are zero (the demo model keeps only the rows of the tokens it uses),
-        only the others are packed and computed; a zero row's logit is 0 in the stock layer too (for finite
-        rows; others go to the stock layer), so the bits are the same and a step streams kilobytes of weights
-        instead of the whole vocabulary's."""
+        only the others are packed and computed; a zero row's logit is 0 in the stock layer too (NaN for a hidden
+        row that is not finite: so are they here, without a host read), so the bits are the same and a step
+        streams kilobytes of weights instead of the whole vocabulary's."""
         if not (_covered(self.head) and rows.dtype == torch.float32 and rows.device.type == "cpu"):
             return None
         kernel = load_kernel(self.isa)
         if kernel is None:
             return None
         packed, live = self._packed_weights()
-        if live is not None and not bool(torch.isfinite(rows).all()):
-            return None  # 0 x inf is NaN in the stock layer's zero rows: let it compute them
         key = (tuple(packed.shape), block_shape, torch.get_num_threads())  # the chunking follows shapes, not values
         if key not in self._chunks:
             self._chunks[key] = self._probe(kernel, packed, live, block_shape)
@@ -341,7 +339,11 @@ class ExactRowLogits:
         logits = kernel.chunked_logits(rows, packed, list(chunking.ends), list(chunking.groups), count)
         if live is None:
             return logits
-        return logits.new_zeros(logits.shape[0], vocab).index_copy_(1, live, logits)
+        # 0 x inf and 0 x NaN are NaN in the stock layer's zero rows: a row with a value that is not finite gets NaN
+        # there, decided on the device (a host read here would be a second one each step).
+        finite = torch.isfinite(rows).all(dim=1, keepdim=True)
+        zero_rows = torch.where(finite, 0.0, float("nan")).to(logits.dtype)
+        return zero_rows.expand(logits.shape[0], vocab).contiguous().index_copy_(1, live, logits)
 
     def _weight_key(self) -> tuple[Any, ...]:
         weight = self.head.weight

@@ -19,6 +19,7 @@ from wam_diff2_ros.core.kinematics import DEFAULT_KINEMATIC_LIMITS, KinematicLim
 from wam_diff2_ros.core.observation import SyncConfig
 from wam_diff2_ros.core.planning import PlanningConfig
 from wam_diff2_ros.core.prompts import parse_navigation_command
+from wam_diff2_ros.core.route_command import DEFAULT_LATERAL_THRESHOLD_M, DEFAULT_LOOKAHEAD_M
 from wam_diff2_ros.core.trajectory_points import DEFAULT_WHEELBASE_M
 from wam_diff2_ros.core.turn_signal import DEFAULT_HOLD_S
 from wam_diff2_ros.demo.resolve import is_model_name
@@ -92,8 +93,10 @@ class NodeConfig:
     debug_camera_pose: tuple[float, float, float, float, float, float] | None
     viewer_port: int = 0
     viewer_host: str = "127.0.0.1"
-    command_source: str = "topic"  # topic | turn_indicators
+    command_source: str = "topic"  # topic | turn_indicators | route
     turn_signal_hold_s: float = DEFAULT_HOLD_S
+    route_lookahead_m: float = DEFAULT_LOOKAHEAD_M
+    route_lateral_threshold_m: float = DEFAULT_LATERAL_THRESHOLD_M
     autoware_outputs: bool = False
     wheelbase_m: float = DEFAULT_WHEELBASE_M
 
@@ -345,6 +348,8 @@ def _read(reader: ValueReader, require_model: bool) -> NodeConfig:
         viewer_host=reader.text("viewer.host"),
         command_source=reader.text("command.source", COMMAND_SOURCES),
         turn_signal_hold_s=reader.number("command.turn_signal_hold_s", minimum=0.0),
+        route_lookahead_m=reader.number("command.route_lookahead_m", minimum=0.0),
+        route_lateral_threshold_m=reader.number("command.route_lateral_threshold_m", minimum=0.0),
         autoware_outputs=reader.boolean("autoware.outputs"),
         wheelbase_m=reader.number("vehicle.wheelbase_m", positive=True),
     )

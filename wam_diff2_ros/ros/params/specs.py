@@ -19,6 +19,7 @@ from wam_diff2_ros.core.planning import PlanningConfig
 from wam_diff2_ros.core.prompts import (
     PLANNING_TEMPLATES,
 )
+from wam_diff2_ros.core.route_command import DEFAULT_LATERAL_THRESHOLD_M, DEFAULT_LOOKAHEAD_M
 from wam_diff2_ros.core.trajectory_points import DEFAULT_WHEELBASE_M
 from wam_diff2_ros.core.turn_signal import DEFAULT_HOLD_S
 from wam_diff2_ros.ros.inputs import CAMERA_TRANSPORTS, QOS_DEFAULT_RELIABILITY, QOS_INPUTS
@@ -36,7 +37,7 @@ RELIABILITIES = ("best_effort", "reliable")
 DURABILITIES = ("volatile", "transient_local")
 DEVICES_HINT = "auto, cpu, cuda, cuda:N, npu, npu:N"
 DTYPES = ("bfloat16", "float16", "float32")
-COMMAND_SOURCES = ("topic", "turn_indicators")
+COMMAND_SOURCES = ("topic", "turn_indicators", "route")
 
 
 class ParameterError(ValueError):
@@ -236,13 +237,25 @@ PARAMETER_SPECS: tuple[ParameterSpec, ...] = (
     ParameterSpec(
         "command.source",
         COMMAND_SOURCES[0],
-        "where the command comes from: topic (~/input/command, ~/input/driving_command) or turn_indicators "
-        "(Autoware's TurnIndicatorsCommand on ~/input/turn_indicators, an approximation of a route command)",
+        "where the command comes from: topic (~/input/command, ~/input/driving_command), turn_indicators "
+        "(Autoware's TurnIndicatorsCommand on ~/input/turn_indicators, an approximation of a route command) or "
+        "route (nav_msgs/Path of the route's centre line on ~/input/route, base_link or the odometry's frame)",
     ),
     ParameterSpec(
         "command.turn_signal_hold_s",
         DEFAULT_HOLD_S,
-        "turn_indicators: a turn signal switched off counts as straight only after this long (blinks, drops)",
+        "turn_indicators, route: a turn signal switched off (a route that looks straight) counts as straight "
+        "only after this long (blinks, drops)",
+    ),
+    ParameterSpec(
+        "command.route_lookahead_m",
+        DEFAULT_LOOKAHEAD_M,
+        "route: the command looks at the first route point at least this far from the ego",
+    ),
+    ParameterSpec(
+        "command.route_lateral_threshold_m",
+        DEFAULT_LATERAL_THRESHOLD_M,
+        "route: left/right when that point is more than this far to the side, else straight",
     ),
     ParameterSpec(
         "autoware.outputs",
