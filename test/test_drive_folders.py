@@ -38,7 +38,9 @@ def test_a_scenario_named_dot_dot_writes_inside_out_and_touches_nothing_else(tmp
     (victim / "episode").mkdir(parents=True)
     (victim / "score.json").write_text("keep me", encoding="utf-8")
     (victim / "episode" / "file").write_text("keep me too", encoding="utf-8")
-    scenarios = _scenarios(tmp_path / "s.yaml", "../victim", HOSTILE)
+    absolute, dots, long_unicode = str(tmp_path / "absolute"), "...", "é" * 300
+    names = ["../victim", HOSTILE, absolute, dots, long_unicode]
+    scenarios = _scenarios(tmp_path / "s.yaml", *names)
     out = tmp_path / "out"
     command = [sys.executable, "-m", "wam_diff2_ros.cli.drive", str(scenarios), "--model", "tiny", "--out", str(out)]
     command += ["--duration", "0.3", "--latency-ms", "100", "--size", "320x180", "--no-video"]
@@ -47,17 +49,17 @@ def test_a_scenario_named_dot_dot_writes_inside_out_and_touches_nothing_else(tmp
     assert (victim / "score.json").read_text(encoding="utf-8") == "keep me"
     assert (victim / "episode" / "file").read_text(encoding="utf-8") == "keep me too"
     assert sorted(p.name for p in victim.rglob("*")) == ["episode", "file", "score.json"]
-    folders = {safe_name("../victim"), safe_name(HOSTILE)}
-    assert {p.name for p in out.iterdir()} == folders | {"scores.json", "scores.md"}
-    for folder in folders:
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "s.yaml", "victim"]  # nothing else outside --out
+    folders = [safe_name(name) for name in names]
+    assert {p.name for p in out.iterdir()} == {*folders, "scores.json", "scores.md"}
+    for name, folder in zip(names, folders, strict=True):
         document = json.loads((out / folder / "score.json").read_text(encoding="utf-8"))
-        assert document["scenario"]["name"] in ("../victim", HOSTILE)  # the records keep the name as it is
+        assert document["scenario"]["name"] == name  # the records keep the name as it is
     table = (out / "scores.md").read_text(encoding="utf-8")
     assert "<img" not in table and "<script" not in table and "\n# injected" not in table
     lines = table.strip().split("\n")
-    assert len(lines) == 5 and all(line.replace("\\|", "").count("|") == 13 for line in lines)
-    names = [row["scenario"] for row in json.loads((out / "scores.json").read_text())["episodes"]]
-    assert names == ["../victim", HOSTILE]
+    assert len(lines) == 8 and all(line.replace("\\|", "").count("|") == 13 for line in lines)
+    assert [row["scenario"] for row in json.loads((out / "scores.json").read_text())["episodes"]] == names
 
 
 def test_folders_are_refused_before_anything_runs(tmp_path: Path) -> None:
@@ -109,3 +111,17 @@ def test_scores_md_keeps_every_name_a_cell(tmp_path: Path) -> None:
     assert len(lines) == 4 and all(line.replace("\\|", "").count("|") == 13 for line in lines)
     assert len(table) < 3000  # the long reason is shortened in the table ...
     assert json.loads((tmp_path / "scores.json").read_text())["episodes"][0]["stop_reason"].endswith("x" * 5000)
+
+
+def test_the_console_script_refuses_a_foreign_folder_before_loading_the_model(tmp_path: Path, capsys) -> None:
+    from wam_diff2_ros.cli.drive import main
+
+    out = tmp_path / "out"
+    (out / "one").mkdir(parents=True)
+    (out / "one" / "notes.txt").write_text("mine", encoding="utf-8")
+    scenarios = _scenarios(tmp_path / "s.yaml", "one", "two")
+    model = tmp_path / "no_model_here"  # never loaded: the refusal comes first
+    model.mkdir()
+    assert main([str(scenarios), "--model", str(model), "--out", str(out)]) == 2
+    assert "not episode outputs (notes.txt)" in capsys.readouterr().err
+    assert sorted(p.name for p in out.rglob("*")) == ["notes.txt", "one"]

@@ -325,7 +325,7 @@ def test_markdown_report_carries_no_markup_from_names_or_reasons(tmp_path: Path)
         (tmp_path / "bags" / name / "report.html").write_text("x")  # linked from its rows
     text = markdown(build_report(tmp_path, records, {"model": "</script>"}))
     assert "<" not in text and ">" not in text  # no tag, no comment can open
-    assert f"[&lt;img src=x onerror=&quot;alert(1)&quot;&gt;](bags/{quote(hostile)}/report.html)" in text
+    assert f'[&lt;img src=x onerror="alert(1)"&gt;](bags/{quote(hostile)}/report.html)' in text
     assert "| [x\\](javascript:alert(1))](bags/x%5D%28javascript%3Aalert%281%29%29/report.html) |" in text
     assert "| broken | failed: &lt;!--&lt;script&gt;\\| next &amp;amp; |" in text  # one row, inert
     assert "Model &lt;/script&gt;" in text

@@ -122,6 +122,18 @@ def test_deadline_curve_table(tmp_path: Path) -> None:
 
 
 @pytest.mark.core
+def test_plots_take_any_text(tmp_path: Path) -> None:
+    from wam_diff2_ros.replay.plots import plot_error_over_horizon
+
+    curve = [{"t": 1.0, "mean_l2": 0.5, "count": 2}, {"t": 2.0, "mean_l2": NAN, "count": 0}]
+    names = [*HOSTILE, "$\\frac{$", "a$b$c"]
+    by_command = {n: {"error_curve": curve, "count": 1} for n in names}
+    metrics = {"error_curve": curve, "num_valid": 2, "by_command": by_command}
+    path = plot_error_over_horizon(metrics, tmp_path / "curve.png", title="$\\frac{ \ud800 " + LONG)
+    assert path.read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.core
 def test_fleet_markdown_report(tmp_path: Path) -> None:
     from wam_diff2_ros.core.markup import write_page
     from wam_diff2_ros.fleet.report_text import markdown

@@ -14,6 +14,7 @@ from wam_diff2_ros.core.markup import (
     embed_json,
     escape_text,
     markdown_cell,
+    plot_text,
     shorten,
     write_page,
 )
@@ -84,9 +85,10 @@ def test_child_folders_refuse_clashes_and_links_out(tmp_path: Path) -> None:
 def test_markdown_cell_keeps_a_cell_a_cell() -> None:
     cell = markdown_cell('a|b\n# heading\r\n<script>alert(1)</script> <img src=x onerror="y"> \u2028x')
     assert "|" not in cell.replace("\\|", "") and "\n" not in cell and "\r" not in cell and "\u2028" not in cell
-    assert "<" not in cell and ">" not in cell and '"' not in cell
+    assert "<" not in cell and ">" not in cell and '&lt;img src=x onerror="y"&gt;' in cell
     assert markdown_cell("\ud800").encode("utf-8") == "\ufffd".encode()
     assert len(markdown_cell("y" * 10**6)) < PAGE_TEXT_CHARS + 50
+    assert plot_text("$\\frac{\ud800") == "\\$\\frac{\ufffd"  # no mathtext, encodable
 
 
 def test_embed_json_takes_any_value_and_stays_data() -> None:

@@ -69,6 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Console script ``wam-diff2-drive``; returns the exit code."""
+    from wam_diff2_ros.cli.toolkit import tolerant_output
+
+    tolerant_output()
     from wam_diff2_ros.drive.world import ScenarioError, build_world, load_scenarios
     from wam_diff2_ros.replay.errors import ReplayUsageError
     from wam_diff2_ros.replay.settings import parse_set
@@ -153,6 +156,10 @@ def _run(prog: str, args: argparse.Namespace, specs: list, options: EpisodeOptio
         return _run_ray(args, specs, options)
     if args.driver:
         return _run_driver(specs, options, config)
+    if len(specs) > 1:
+        from wam_diff2_ros.drive.batch import scenario_folders
+
+        scenario_folders(specs, options, str(config.model_path))  # refused before the model loads
     if args.bench:
         render = bench_renderer(specs[0], options.width, options.height)
         print(bench_text(render, None, options.width, options.height), end="", flush=True)

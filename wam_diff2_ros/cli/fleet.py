@@ -111,6 +111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Console script ``wam-diff2-fleet`` (see :mod:`wam_diff2_ros.fleet`); returns the exit code.
     ``wam-diff2-fleet scale WORK_DIR ...`` measures the fleet against one replay after another
     (:mod:`wam_diff2_ros.fleet.scale`)."""
+    toolkit.tolerant_output()
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["scale"]:
         from wam_diff2_ros.fleet.scale import main as scale

@@ -35,7 +35,8 @@ PROG = "wam-diff2-infer"
 EXIT_SOME_FAILED = 3
 EXIT_CODES = (
     "Exit codes: 0 every sample predicted; 1 the checkpoint cannot be loaded, or every sample failed; 2 bad "
-    "command line or input file; 3 some samples failed (each recorded with its error, the others predicted)."
+    "command line or input file, or an existing --output_file without --resume / --overwrite (nothing written); "
+    "3 some samples failed (each recorded with its error, the others predicted)."
 )
 
 

@@ -129,6 +129,7 @@ def options_from_args(args: argparse.Namespace) -> ReplayOptions:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Console script ``wam-diff2-replay`` (see the module docstring); returns the exit code."""
+    toolkit.tolerant_output()
     parser = build_parser()
     args = toolkit.parse(parser, argv)
     if isinstance(args, int):

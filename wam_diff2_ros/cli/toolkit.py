@@ -62,3 +62,12 @@ def write_json(path: Path | None, value: Any) -> None:
     """``value`` as indented JSON at ``path`` (nothing when ``path`` is None)."""
     if path is not None:
         path.write_text(json.dumps(value, indent=2) + "\n", encoding="utf-8")
+
+
+def tolerant_output() -> None:
+    """Let stdout and stderr print any text: a character the terminal cannot encode (a lone surrogate from a file
+    name or a scenario) is written as its backslash escape instead of failing the command after its work."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if callable(reconfigure):
+            reconfigure(errors="backslashreplace")

@@ -1,7 +1,7 @@
 """Text that no string can turn into markup, for every page and report the package writes: data embedded in a
 page (:func:`embed_json`), text in HTML (:func:`escape_text`), a Markdown table cell or line
-(:func:`markdown_cell`), template fields (:func:`fill_template`) and the page's file itself (:func:`write_page`:
-whole or absent, never empty).
+(:func:`markdown_cell`), template fields (:func:`fill_template`), plot text (:func:`plot_text`, no mathtext) and
+the page's file itself (:func:`write_page`: whole or absent, never empty).
 
 Whatever a string holds (markup, ``|``, newlines, lone surrogates such as ``"\\ud800"``) and whatever a number is
 (NaN, infinities), the result is a page: surrogates become escapes (JSON) or U+FFFD (text), non-finite numbers
@@ -50,10 +50,16 @@ def escape_text(value: Any, max_chars: int | None = PAGE_TEXT_CHARS) -> str:
 
 
 def markdown_cell(value: Any, max_chars: int | None = PAGE_TEXT_CHARS) -> str:
-    """Text for a Markdown table cell or a line of a Markdown report: :func:`escape_text` (Markdown passes raw HTML
-    through), ``|`` escaped and line breaks as spaces, so it can neither end a cell nor start a heading or row."""
-    text = escape_text(value, max_chars).replace("|", "\\|")
+    """Text for a Markdown table cell or a line of a Markdown report: :func:`plain_text` with ``&``, ``<``, ``>`` as
+    HTML entities (Markdown passes raw HTML through), ``|`` escaped and line breaks as spaces, so it can neither
+    start markup, end a cell nor start a heading or row."""
+    text = html.escape(plain_text(value, max_chars), quote=False).replace("|", "\\|")
     return re.sub(r"[\r\n\v\f\x1c-\x1e\x85\u2028\u2029]", " ", text)
+
+
+def plot_text(value: Any, max_chars: int | None = 200) -> str:
+    """Text for a matplotlib title, label or tick: :func:`plain_text` with ``$`` escaped (no mathtext)."""
+    return plain_text(value, max_chars).replace("$", r"\$")
 
 
 def page_data(data: Any, max_chars: int | None = PAGE_TEXT_CHARS) -> Any:

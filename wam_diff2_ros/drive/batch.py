@@ -36,6 +36,14 @@ def _done(folder: Path, spec: ScenarioSpec, model: str, latency_ms: float | None
     return document if same else None
 
 
+def scenario_folders(specs: Sequence[ScenarioSpec], options: EpisodeOptions, model: str) -> dict[str, Path]:
+    """Each scenario's folder inside ``options.out``, checked before anything runs
+    (:func:`~wam_diff2_ros.drive.folders.episode_folders` with this module's resume rule)."""
+    from wam_diff2_ros.drive.folders import episode_folders
+
+    return episode_folders(options.out, specs, options.overwrite, lambda s, f: _done(f, s, model, options.latency_ms))
+
+
 def run_many(
     specs: Sequence[ScenarioSpec],
     options: EpisodeOptions,
@@ -45,13 +53,9 @@ def run_many(
 ) -> tuple[list[dict[str, Any]], int]:
     """Run (or resume) every scenario into ``options.out/<name>/``; returns the rows of the pooled table and the
     exit code."""
-    from wam_diff2_ros.drive.folders import episode_folders
-
     log = log or (lambda text: print(text, file=sys.stderr, flush=True))
     model = str(config.model_path)
-    folders = episode_folders(
-        options.out, specs, options.overwrite, lambda s, f: _done(f, s, model, options.latency_ms)
-    )
+    folders = scenario_folders(specs, options, model)
     options.out.mkdir(parents=True, exist_ok=True)
     rows = []
     code = EXIT_OK

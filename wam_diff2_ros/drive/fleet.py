@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from wam_diff2_ros.drive.batch import _done, _row, write_table
+from wam_diff2_ros.drive.batch import _done, _row, scenario_folders, write_table
 from wam_diff2_ros.drive.episode import EpisodeOptions
 from wam_diff2_ros.drive.world import ScenarioSpec
 
@@ -45,15 +45,12 @@ def run_on_ray(
     log: Callable[[str], None] | None = None,
 ) -> tuple[list[dict[str, Any]], int]:
     """Run (or resume) every scenario on ``workers`` Ray actors; returns the pooled rows and the exit code."""
-    from wam_diff2_ros.drive.folders import episode_folders
     from wam_diff2_ros.drive.run import node_config
     from wam_diff2_ros.fleet.pool import RayConfig, ray_session
 
     log = log or (lambda text: print(text, file=sys.stderr, flush=True))
     model_path = str(node_config(model, device, overrides).model_path)
-    folders = episode_folders(
-        options.out, specs, options.overwrite, lambda s, f: _done(f, s, model_path, options.latency_ms)
-    )
+    folders = scenario_folders(specs, options, model_path)
     options.out.mkdir(parents=True, exist_ok=True)
     documents: dict[str, dict[str, Any]] = {}
     todo = []

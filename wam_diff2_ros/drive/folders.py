@@ -2,10 +2,10 @@
 slug rule (:func:`wam_diff2_ros.core.safe_names.safe_name`), all checked before anything runs.
 
 Refused before anything runs: two scenarios whose names give the same folder, a name that gives the pooled table's
-file names, a folder that is a file or a link leading outside ``--out``, and, without ``--overwrite``, a folder that
-holds anything but episode outputs, or a finished episode that is not this one (another scenario, model or
-latency). A folder with a finished run of the same episode is kept (resume); one with an unfinished run of it
-(interrupted, or no ``score.json``) is run again.
+file names (or ``references``), a folder that is a file or a link leading outside ``--out``, and, without
+``--overwrite``, a folder that holds anything but episode outputs, or a finished episode that is not this one
+(another scenario, model or latency). A folder with a finished run of the same episode is kept (resume); one with
+an unfinished run of it (interrupted, or no ``score.json``) is run again.
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ from wam_diff2_ros.core.safe_names import UnsafeNameError, child_folders
 from wam_diff2_ros.drive.run import OUTPUT_NAMES, DriveUsageError
 from wam_diff2_ros.drive.world import ScenarioSpec
 
-#: The pooled table's files in ``--out`` (no scenario folder may take these names).
-TABLE_NAMES = ("scores.json", "scores.md")
+#: What a run of several episodes writes into ``--out`` beside the scenarios' folders: the pooled table's files and
+#: the reference planners' folder (no scenario folder may take these names).
+TABLE_NAMES = ("scores.json", "scores.md", "references")
 
 
 def episode_folders(

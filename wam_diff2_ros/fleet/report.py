@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from wam_diff2_ros.core.markup import write_page
+from wam_diff2_ros.core.markup import plot_text, write_page
 from wam_diff2_ros.fleet.results import DONE, ODOMETRY_NAME, BagRecord, bags_root, write_json
 from wam_diff2_ros.replay import evaluation
 from wam_diff2_ros.replay.candidates import candidate_pairs, candidate_summary
@@ -258,7 +258,7 @@ def _plot_bags(bags: Sequence[Mapping[str, Any]], path: Path) -> Path:
     fig = Figure(figsize=(max(6.0, 0.6 * len(bags) + 2.0), 5.0), dpi=100)
     FigureCanvasAgg(fig)
     top, bottom = fig.subplots(2, 1, sharex=True)
-    names = [b["name"] for b in bags]
+    names = [plot_text(b["name"], 40) for b in bags]
     x = list(range(len(bags)))
     for offset, kind, color in ((-0.2, "ade", "tab:blue"), (0.2, "fde", "tab:orange")):
         values = [b.get(f"{kind}_4s") for b in bags]

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from wam_diff2_ros.core.markup import plot_text, shorten
 from wam_diff2_ros.core.units import NS_PER_S
 from wam_diff2_ros.replay.evaluation import HORIZONS_S, EgoTrack, PlanRecord, usable_waypoints
 
@@ -96,7 +97,7 @@ def plot_bev(
         speed_text = f"{speed:.1f} m/s" if speed is not None else "? m/s"
         lines = [f"t={rel:.1f} s (stamp {plan.stamp_ns / NS_PER_S:.2f})", f"cmd: {plan.command or '?'}, v={speed_text}"]
         if waypoints is None:
-            why = plan.reason or reason or "plan marked invalid"
+            why = shorten(str(plan.reason or reason or "plan marked invalid"), 300)
             lines += textwrap.wrap(f"{'REJECTED' if rejected is not None else 'INVALID'}: {why}", _REASON_WIDTH)
         elif truth is not None:
             err = np.linalg.norm(waypoints - truth, axis=1)
@@ -107,7 +108,7 @@ def plot_bev(
                 lines.append(f"ADE {err[ok].mean():.2f} m over {int(ok.sum())} pts (bag ends)")
             else:
                 lines.append("no future in the bag")
-        ax.set_title("\n".join(lines), fontsize=8)
+        ax.set_title(plot_text("\n".join(lines), None), fontsize=8)
     handles, labels = axes.ravel()[0].get_legend_handles_labels()
     for ax in axes.ravel()[1 : len(chosen)]:
         for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
@@ -115,7 +116,7 @@ def plot_bev(
                 handles.append(h)
                 labels.append(lab)
     fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=9)
-    fig.suptitle(title or "Predicted vs actual future (ego frame at plan time)", fontsize=11)
+    fig.suptitle(plot_text(title or "Predicted vs actual future (ego frame at plan time)"), fontsize=11)
     fig.tight_layout(rect=(0, 0.05, 1, 0.96))
     return _save(fig, path)
 
@@ -140,7 +141,7 @@ def plot_error_over_horizon(metrics: Mapping[str, Any], path: str | Path, *, tit
         t = [p["t"] for p in points if p["mean_l2"] is not None]
         e = [p["mean_l2"] for p in points if p["mean_l2"] is not None]
         if t:
-            ax.plot(t, e, marker="o", label=label, **style)
+            ax.plot(t, e, marker="o", label=plot_text(label), **style)
 
     draw(curve, f"all (n={metrics.get('num_valid', '?')})", color="black", lw=2.2)
     for command, group in (metrics.get("by_command") or {}).items():
@@ -169,7 +170,7 @@ def plot_error_over_horizon(metrics: Mapping[str, Any], path: str | Path, *, tit
     if metrics.get("invalid_rate") is not None:
         summary.append(f"invalid {100 * metrics['invalid_rate']:.0f}%")
     heading = title or "Planning error over the horizon (labels: instants per point)"
-    ax.set_title(heading + ("\n" + ", ".join(summary) if summary else ""), fontsize=10)
+    ax.set_title(plot_text(heading) + ("\n" + ", ".join(summary) if summary else ""), fontsize=10)
     fig.tight_layout()
     return _save(fig, path)
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from wam_diff2_ros.core.markup import plain_text, write_page
+from wam_diff2_ros.core.markup import plot_text, write_page
 from wam_diff2_ros.core.tables import figure, markdown_table
 from wam_diff2_ros.replay.confidence_analysis import decoding_summary, load_records
 from wam_diff2_ros.replay.errors import EXIT_OK
@@ -144,7 +144,7 @@ def plot_curve(rows: Sequence[dict[str, Any]], path: Path) -> Path:
 
     fig = _figure(10, 4)
     quality, timing = fig.subplots(1, 2)
-    labels = [plain_text(row["label"], 40).replace("$", r"\$") for row in rows]  # no mathtext, encodable
+    labels = [plot_text(row["label"], 40) for row in rows]
     x = list(range(len(rows)))
 
     def series(key: str) -> list[float]:
