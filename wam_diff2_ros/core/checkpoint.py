@@ -300,6 +300,13 @@ def release_device_cache(device: Any) -> None:
         torch.npu.empty_cache()
 
 
+def default_dtype(device: str, configured: str) -> str:
+    """The dtype of a run that asked for none: float32 on a CPU (bfloat16 and float16 have no CPU units), else
+    ``configured`` (``model.dtype``). The one rule of the replay, the closed loop and the egodriver policy;
+    raises ``ValueError`` / ``RuntimeError`` for a device that cannot be used (:func:`resolve_device`)."""
+    return "float32" if resolve_device(device).type == "cpu" else configured
+
+
 def resolve_dtype(spec: str | torch.dtype = "bfloat16") -> torch.dtype:
     """`bf16`/`bfloat16`, `fp16`/`float16`, `fp32`/`float32` -> torch dtype."""
     if isinstance(spec, torch.dtype):

@@ -65,3 +65,17 @@ def resolve_model(spec: str | os.PathLike[str]) -> Path:
     except Exception as exc:  # missing or corrupt demo files, no tokenizer package, disk full
         raise ModelSpecError(f"model {name!r} is not available: {exc}") from exc
     return Path(spec).expanduser()
+
+
+def model_directory(spec: str) -> tuple[Path, str]:
+    """A model a user gave (``demo``, ``tiny`` or a checkpoint directory) as (its checkpoint directory, how it was
+    chosen). Raises :class:`ModelSpecError` when a name's files cannot be produced and ``NotADirectoryError``
+    when a path is not a directory. The one rule of the replay, the closed loop and the egodriver policy."""
+    text = str(spec).strip()
+    if is_model_name(text):
+        name = text.lower()
+        return resolve_model(name), f"the package's {name} model"
+    path = Path(text).expanduser()
+    if not path.is_dir():
+        raise NotADirectoryError(f"{spec}: not a directory (expected a checkpoint directory, demo or tiny)")
+    return path.resolve(), "a checkpoint directory"

@@ -12,7 +12,6 @@ still drives).
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -61,20 +60,16 @@ class PolicySettings:
 
 def model_path(model: str) -> str:
     """The checkpoint directory of ``model``: ``demo`` / ``tiny`` (the package's, built on first use) or a path."""
-    from wam_diff2_ros.demo.resolve import ModelSpecError, is_model_name, resolve_model
+    from wam_diff2_ros.demo.resolve import ModelSpecError, model_directory
 
-    text = str(model).strip()
-    if not text:
+    if not str(model).strip():
         raise PolicyConfigError(f"no model: set {MODEL_ENV} (demo, tiny or a checkpoint directory)")
-    if is_model_name(text):
-        try:
-            return str(resolve_model(text.lower()))
-        except ModelSpecError as exc:
-            raise PolicyConfigError(f"model {text}: not available: {exc}") from None
-    path = os.path.expanduser(text)
-    if not os.path.isdir(path):
-        raise PolicyConfigError(f"model {text}: not a directory (expected a checkpoint directory, demo or tiny)")
-    return os.path.abspath(path)
+    try:
+        return str(model_directory(model)[0])
+    except ModelSpecError as exc:
+        raise PolicyConfigError(f"model {str(model).strip()}: not available: {exc}") from None
+    except NotADirectoryError as exc:
+        raise PolicyConfigError(f"model {exc}") from None
 
 
 def node_values(params: str | None, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -98,8 +93,8 @@ def build_node_config(model: str, params: str | None = None, overrides: Mapping[
     if len(values.get("cameras.names") or []) != 1:
         raise PolicyConfigError(f"the policy plans on one camera; cameras.names is {values.get('cameras.names')}")
     values.update(FORCED_PARAMETERS)
-    if not explicit_dtype and _on_cpu(str(values["model.device"])):
-        values["model.dtype"] = "float32"  # bf16 has no CPU units (as the replay and the closed loop choose)
+    if not explicit_dtype:
+        values["model.dtype"] = _default_dtype(str(values["model.device"]), str(values["model.dtype"]))
     try:
         return NodeConfig.from_parameters(values)
     except ParameterError as exc:
@@ -138,10 +133,12 @@ def _file_sets(params: str, name: str) -> bool:
         return False
 
 
-def _on_cpu(device: str) -> bool:
-    from wam_diff2_ros.core.checkpoint import resolve_device
+def _default_dtype(device: str, configured: str) -> str:
+    """float32 on a CPU, else ``configured`` (core/checkpoint.py, the replay's and the closed loop's rule); a device
+    that cannot be resolved keeps ``configured`` (loading the model reports it)."""
+    from wam_diff2_ros.core.checkpoint import default_dtype
 
     try:
-        return resolve_device(device).type == "cpu"
+        return default_dtype(device, configured)
     except (ValueError, RuntimeError):
-        return False
+        return configured

@@ -132,18 +132,17 @@ def choose_model_path(model: str | None, from_params: str) -> tuple[str, str]:
         raise ReplayUsageError(
             "no model: pass --model PATH (a checkpoint directory, e.g. checkpoints/WAM-Diff2-B32-2B) or --model demo"
         )
-    from wam_diff2_ros.demo.resolve import ModelSpecError, is_model_name, resolve_model
+    from wam_diff2_ros.demo.resolve import ModelSpecError, model_directory
 
-    if is_model_name(model):
+    try:
+        path, how = model_directory(model)
+    except ModelSpecError as exc:  # missing or corrupt demo files
         name = model.strip().lower()
-        try:
-            return str(resolve_model(name)), f"the package's {name} model"
-        except ModelSpecError as exc:  # missing or corrupt demo files
-            raise ReplayModelError(f"--model {name}: the {name} model is not available: {exc}") from None
-    path = Path(model).expanduser()
-    if not path.is_dir():
-        raise ReplayUsageError(f"--model {model}: not a directory (expected a checkpoint directory or 'demo')")
-    return str(path.resolve()), "--model"
+        raise ReplayModelError(f"--model {name}: the {name} model is not available: {exc}") from None
+    except NotADirectoryError:
+        expected = "expected a checkpoint directory or 'demo'"
+        raise ReplayUsageError(f"--model {model}: not a directory ({expected})") from None
+    return str(path), how
 
 
 def _resolve_dtype(options: ReplayOptions, values: Mapping[str, Any], device: str, from_set: bool) -> str:
@@ -151,13 +150,12 @@ def _resolve_dtype(options: ReplayOptions, values: Mapping[str, Any], device: st
         return options.dtype
     if from_set:
         return str(values["model.dtype"])
-    from wam_diff2_ros.core.checkpoint import resolve_device
+    from wam_diff2_ros.core.checkpoint import default_dtype
 
     try:
-        resolved = resolve_device(device)
+        return default_dtype(device, str(values["model.dtype"]))
     except (RuntimeError, ValueError) as exc:
         raise ReplayUsageError(f"model.device: {exc}") from None
-    return "float32" if resolved.type == "cpu" else str(values["model.dtype"])
 
 
 def read_params(options: ReplayOptions) -> tuple[dict[str, Any], TopicRequest]:
