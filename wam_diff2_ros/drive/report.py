@@ -80,7 +80,7 @@ def write_report(path: Path, document: dict[str, Any], episode: Any) -> Path:
         "road": road,
         "obstacles": obstacles,
         "windows": [
-            {k: w[k] for k in ("t0", "t1", "nc", "dac", "ep", "ttc", "c", "pdms", "progress_m", "allowed_progress_m")}
+            {k: w[k] for k in ("t0", "t1", "nc", "dac", "ep", "ttc", "c", "pdms", "progress_m", "reference_progress_m")}
             for w in score.get("windows", [])
         ],
         "events": score.get("events", []),

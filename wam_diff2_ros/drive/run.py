@@ -96,8 +96,10 @@ def run_episode(
     document = {
         "scenario": dataclasses.asdict(spec),
         "model": str(getattr(config, "model_path", "")),
+        "planner": _planner_name(config),
         "latency_ms": options.latency_ms,
         "mode": "dds" if options.dds else "in-process",
+        "settings": episode_settings(options),
         "stop_reason": episode.stop_reason,
         "interrupted": interrupted,
         "simulated_s": simulated_s,
@@ -114,6 +116,31 @@ def run_episode(
     if options.report:
         write_report(options.out / "report.html", document, episode)
     return EpisodeResult(options.out, document, EXIT_INTERRUPTED if interrupted else EXIT_OK, interrupted)
+
+
+def episode_settings(options: EpisodeOptions) -> dict[str, Any]:
+    """Every setting besides the scenario (its duration and seed included there) that can change an episode: the
+    image size, the latency, the mode and ``options.settings`` (the planner, its hash, the overrides)."""
+    return json.loads(
+        json.dumps(
+            {
+                **options.settings,
+                "size": f"{options.width}x{options.height}",
+                "latency_ms": options.latency_ms,
+                "mode": "dds" if options.dds else "in-process",
+                "start_ns": options.start_ns,
+            },
+            default=_jsonable,
+        )
+    )
+
+
+def _planner_name(config: Any) -> str:
+    """``expert`` / ``constant-velocity`` for a reference planner, else ``model``."""
+    from wam_diff2_ros.drive.reference import is_reference
+
+    model = str(getattr(config, "model_path", ""))
+    return model if is_reference(model) else "model"
 
 
 def _jsonable(value: Any) -> Any:
