@@ -74,6 +74,10 @@ def run_episode(
         if not episode.wait_for_planner(options.dds_wait_s):
             episode.close()
             raise DriveUsageError(f"no planner node on the sensor topics within {options.dds_wait_s:g} s")
+        mismatch = episode.model_mismatch(config)
+        if mismatch:
+            episode.close()
+            raise DriveUsageError(mismatch)
     else:
         episode = Episode(spec, config, engine, options, log, world)
     scenario_json = json.dumps(dataclasses.asdict(spec))
