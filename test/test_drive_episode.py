@@ -334,6 +334,9 @@ def test_report_page_in_chromium(tmp_path: Path) -> None:
         assert page.evaluate("() => window.__pwned") is None and page.locator("img").count() == 0
         assert page.locator("#plans tr").count() == len(episode.plans) + 1
         assert page.locator("#windows tr").count() == len(score["windows"]) + 1
+        # the summary starts with its first figure: no empty header row above it
+        assert page.locator("#summary th").count() == 0
+        assert page.locator("#summary tr").first.inner_text().startswith("PDMS")
 
         def count(rgb: tuple[int, int, int]) -> int:
             return page.evaluate(

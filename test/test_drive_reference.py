@@ -157,3 +157,25 @@ def test_console_script_drives_a_reference_planner_with_the_references_beside(tm
         cwd=REPO,
     )
     assert refused.returncode == 2 and "in-process only" in refused.stderr
+
+
+def test_rejection_kinds_keep_the_whole_reason_before_its_details() -> None:
+    from wam_diff2_ros.drive.episode import reason_kind
+
+    assert reason_kind("no valid candidate of 4 (#0: backward rule: x; #1: speed rule: y)") == "no valid candidate of 4"
+    assert reason_kind("backward rule: waypoint 3 is behind waypoint 2") == "backward rule"
+    assert reason_kind("no plan") == "no plan"
+
+
+def test_list_shows_the_sample_road_at_its_own_speed() -> None:
+    run = subprocess.run(
+        [sys.executable, "-m", "wam_diff2_ros.cli.drive", "all", "--list"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
+    assert run.returncode == 0, run.stderr
+    lines = dict(line.split(": ", 1) for line in run.stdout.splitlines())
+    assert "its own speed profile" in lines["sample"] and "8 m/s" not in lines["sample"]
+    assert "10 m/s" in lines["straight_10"]

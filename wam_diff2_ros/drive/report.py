@@ -100,6 +100,7 @@ def _summary(document: dict[str, Any]) -> list[list[str]]:
     rows = [
         ["PDMS (mean over 4 s windows)", num(score.get("pdms"))],
         ["NC · DAC · EP · TTC · C", " · ".join(num(score.get(k), 2) for k in ("nc", "dac", "ep", "ttc", "c"))],
+        ["completion (windows driven of those planned)", num(score.get("completion"), 2)],
         [
             "lane-centre deviation",
             f"mean {num(score.get('lane_deviation_m', {}).get('mean'), 2)} m, max "
@@ -115,6 +116,7 @@ def _summary(document: dict[str, Any]) -> list[list[str]]:
         ["ended", document["stop_reason"]],
         ["simulated / wall", f"{document['simulated_s']:.1f} s / {document['wall_s']:.1f} s"],
         ["model", document["model"]],
+        ["planner", document.get("planner", "model")],
     ]
     if score.get("why"):
         rows.insert(1, ["why", score["why"]])
