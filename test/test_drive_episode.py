@@ -171,7 +171,9 @@ def test_a_model_that_never_plans_validly_stops_the_car_safely(tmp_path: Path) -
     assert document["score"]["pdms"] < np.mean([w["pdms"] for w in windows])
     # no valid plan in force from the start: the comfortable stop at once, never a blind drive ahead
     assert all(w["comfort"]["lon_accel"] > -4.05 for w in document["score"]["windows"])
-    assert windows[0]["progress_m"] < 5.0 * 5.0 / (2 * 2.0) + 0.5  # 5 m/s braked at 2 m/s²: 6.25 m
+    # 5 m/s braked at 2 m/s² goes 6.25 m, plus ~0.8 m while the jerk limit ramps the brake in (the old blind 4 s
+    # hand-over drove 20 m)
+    assert windows[0]["progress_m"] < 7.5
     assert result.exit_code == 0
 
 
