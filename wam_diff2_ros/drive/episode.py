@@ -6,7 +6,8 @@ messages); every 100 ms the front camera, rendered from the ego's true pose by t
 camera info; every 500 ms the route's command. The odometry, acceleration and command start
 :data:`PRE_ROLL_TICKS` ticks before the first image (the car was already driving at its start speed), so the first
 image finds them in either mode, whatever order DDS delivers them in. Planning instants follow the node's schedule
-(``planning.rate_hz``, :class:`~wam_diff2_ros.ros.schedule.InstantSchedule`); the model is busy for the plan's
+(``planning.rate_hz``, :class:`~wam_diff2_ros.ros.schedule.InstantSchedule`, its timer started one period before
+t=0, so the first instant is the first image's); the model is busy for the plan's
 latency (measured wall time, or ``latency_ms``) and an instant that falls while it is busy runs when it is free,
 as the node's worker does. A plan made from the frame at t takes effect at t + latency; the gates (kinematic,
 age on the runtime's clock = t + latency, confidence) are the runtime's own.
@@ -123,7 +124,10 @@ class Episode:
         self._plan_started: float | None = None
         self.runtime = PlannerRuntime(config, engine, clock=self._clock)
         self.rows = {row.role: row for row in input_table(config, self.runtime) if row.index in (None, 0)}
-        self.schedule = InstantSchedule(options.start_ns, config.rate_hz)
+        # the node's timer has been running before t=0 (the pre-roll: the car was already driving), so its instants
+        # fall at t = 0, 1/rate, ...: the first at the first image, as with planning.rate_hz 0 (and over DDS)
+        period_ns = round(1e9 / config.rate_hz) if config.rate_hz > 0 else 0
+        self.schedule = InstantSchedule(options.start_ns - period_ns, config.rate_hz)
         x, y, yaw = (float(v[0]) for v in self.world.road.frenet_to_world(0.0, spec.start_offset_m))
         speed = spec.start_speed_mps if spec.start_speed_mps is not None else float(self.world.route_speed([0.0])[0])
         yaw += math.radians(spec.start_heading_deg)
