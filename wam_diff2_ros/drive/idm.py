@@ -48,9 +48,12 @@ def _leaders(world: World, limits: VehicleLimits, s0: float, t0: float, horizon_
     """The obstacles that can be ahead in the ego's corridor within ``reach_m`` during the rollout."""
     out = []
     corridor = limits.width / 2 + CORRIDOR_MARGIN_M
+    ex, ey, _ = (float(v[0]) for v in world.road.pose(s0))
     for ob in world.obstacles:
         for t in (t0, t0 + horizon_s):
             x, y, _ = ob.actor.pose(t)
+            if math.hypot(x - ex, y - ey) > reach_m + ob.half_length + 10.0:
+                continue  # too far away to be ahead within reach (cheap before the projection)
             s, d = world.frenet(x, y, s0)
             if -ob.half_length < s[0] - s0 < reach_m and abs(d[0]) < corridor + ob.half_width:
                 out.append(ob)
