@@ -56,7 +56,7 @@ def run_on_ray(
         done = None if options.overwrite else _done(options.out / spec.name, spec, model_path, options)
         if done is not None:
             documents[spec.name] = done
-            log(f"{spec.name}: done before, kept")
+            log(f"{spec.name}: done before with the same settings, kept")
         else:
             todo.append(spec)
     if todo:
