@@ -15,12 +15,8 @@ import pytest
 
 from wam_diff2_ros.drive.batch import run_many
 from wam_diff2_ros.drive.episode import EpisodeOptions
-from wam_diff2_ros.drive.reference import (
-    ConstantVelocityEngine,
-    planner_identity,
-    reference_config,
-    reference_engine,
-)
+from wam_diff2_ros.drive.planners import planner_identity
+from wam_diff2_ros.drive.reference import ConstantVelocityEngine, reference_config, reference_engine
 from wam_diff2_ros.drive.run import run_episode
 from wam_diff2_ros.drive.world import build_world, load_scenarios, parse_scenario
 

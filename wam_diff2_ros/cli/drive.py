@@ -15,7 +15,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from wam_diff2_ros.drive.episode import EpisodeOptions
-from wam_diff2_ros.drive.reference import is_reference, planner_config, planner_identity
+from wam_diff2_ros.drive.planners import planner_config, planner_identity
+from wam_diff2_ros.drive.reference import is_reference
 from wam_diff2_ros.drive.run import EXIT_MODEL, EXIT_USAGE, DriveUsageError
 
 
@@ -148,7 +149,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run(prog: str, args: argparse.Namespace, specs: list, options: EpisodeOptions, config: object) -> int:
     from wam_diff2_ros.drive.batch import run_many, run_references
     from wam_diff2_ros.drive.bench import bench_renderer, bench_text
-    from wam_diff2_ros.drive.reference import load_planner
+    from wam_diff2_ros.drive.planners import load_planner
     from wam_diff2_ros.drive.run import run_episode
     from wam_diff2_ros.replay.settings import parse_set
 

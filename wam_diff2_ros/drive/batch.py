@@ -101,7 +101,8 @@ def run_references(
 ) -> tuple[dict[str, list[dict[str, Any]]], int]:
     """Both reference planners (drive/reference.py) on ``specs`` into ``options.out/references/<planner>/`` with the
     model's settings, then the model's table (``rows``) rewritten with them side by side; returns their rows."""
-    from wam_diff2_ros.drive.reference import REFERENCE_NAMES, planner_identity, reference_config, reference_engine
+    from wam_diff2_ros.drive.planners import planner_identity
+    from wam_diff2_ros.drive.reference import REFERENCE_NAMES, reference_config, reference_engine
 
     references: dict[str, list[dict[str, Any]]] = {}
     code = EXIT_OK

@@ -57,7 +57,7 @@ MODEL_PARAMETERS = ("model.path", "model.dtype", "decoding.engine")  # what make
 def same_model_overrides(model: str, device: str | None = None) -> dict[str, str]:
     """The planner node parameters that make it run the model an in-process episode of ``--model model`` runs:
     the dtype and decoding engine resolved by the same rule (float32 on a CPU, else ``model.dtype``)."""
-    from wam_diff2_ros.drive.run import node_config
+    from wam_diff2_ros.drive.planners import node_config
 
     config = node_config(model, device)
     return {"model.dtype": str(config.dtype), "decoding.engine": str(config.decode.engine)}

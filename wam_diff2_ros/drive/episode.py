@@ -78,6 +78,18 @@ class EpisodeOptions:
     settings: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class GroundTruth:
+    """The simulator's truth at the stamp of the image the runtime plans on (a privileged planner's input:
+    :meth:`Episode.ground_truth`)."""
+
+    t_s: float  # episode time of the image
+    state: VehicleState  # the ego's rear-axle pose and speed then
+    s: float  # its arc length along the route
+    world: World
+    limits: VehicleLimits
+
+
 @dataclass
 class PlanRecord:
     index: int
@@ -285,10 +297,8 @@ class Episode:
         if "image" in self.rows:
             self.schedule.image(0, now_ns)
 
-    def ground_truth(self) -> Any:
+    def ground_truth(self) -> GroundTruth:
         """The simulator's truth at the latest camera frame's stamp (the privileged planners' input)."""
-        from wam_diff2_ros.drive.reference import GroundTruth
-
         if self._last_image is None:
             raise RuntimeError("no camera frame yet")
         stamp_ns, state, s = self._last_image

@@ -20,7 +20,7 @@ class EpisodeWorker:
     """One model, many episodes (a plain class; :func:`run_on_ray` makes it a Ray actor)."""
 
     def __init__(self, model: str, device: str | None, overrides: dict[str, Any]) -> None:
-        from wam_diff2_ros.drive.reference import load_planner, planner_config
+        from wam_diff2_ros.drive.planners import load_planner, planner_config
 
         self.config = planner_config(model, device, overrides)
         self.engine = load_planner(self.config)
@@ -44,7 +44,7 @@ def run_on_ray(
     log: Callable[[str], None] | None = None,
 ) -> tuple[list[dict[str, Any]], int]:
     """Run (or resume) every scenario on ``workers`` Ray actors; returns the pooled rows and the exit code."""
-    from wam_diff2_ros.drive.reference import planner_config
+    from wam_diff2_ros.drive.planners import planner_config
     from wam_diff2_ros.fleet.pool import RayConfig, ray_session
 
     log = log or (lambda text: print(text, file=sys.stderr, flush=True))

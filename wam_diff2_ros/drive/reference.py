@@ -25,9 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from wam_diff2_ros.drive.episode import GroundTruth
 from wam_diff2_ros.drive.idm import idm_rollout
-from wam_diff2_ros.drive.vehicle import VehicleLimits, VehicleState
-from wam_diff2_ros.drive.world import World
 
 EXPERT = "expert"
 CONSTANT_VELOCITY = "constant-velocity"
@@ -41,17 +40,6 @@ _VELOCITY = re.compile(r"velocity is: \(\s*([-+\d.eE]+)\s*,\s*([-+\d.eE]+)\s*\)"
 def is_reference(model: str | None) -> bool:
     """Whether ``model`` names a reference planner."""
     return str(model or "").strip().lower() in REFERENCE_NAMES
-
-
-@dataclass(frozen=True)
-class GroundTruth:
-    """The simulator's truth at the stamp of the image the runtime plans on (the expert's input)."""
-
-    t_s: float  # episode time of the image
-    state: VehicleState  # the ego's rear-axle pose and speed then
-    s: float  # its arc length along the route
-    world: World
-    limits: VehicleLimits
 
 
 @dataclass
@@ -169,43 +157,3 @@ def reference_config(name: str, overrides: dict[str, Any] | None = None) -> Any:
     values["model.path"] = ""
     values["model.dtype"] = "float32"
     return replace(NodeConfig.from_parameters(values, require_model=False), model_path=name.strip().lower())
-
-
-def planner_config(model: str, device: str | None = None, overrides: dict[str, Any] | None = None) -> Any:
-    """The node configuration for ``--model``: a reference planner's (:func:`reference_config`) or a model's
-    (:func:`wam_diff2_ros.drive.run.node_config`: ``demo``, ``tiny``, a checkpoint)."""
-    if is_reference(model):
-        return reference_config(model, overrides)
-    from wam_diff2_ros.drive.run import node_config
-
-    return node_config(model, device, overrides)
-
-
-def load_planner(config: Any) -> Any:
-    """The engine that plans for ``config``: a reference planner, or the model loaded as the node loads it."""
-    if is_reference(config.model_path):
-        return reference_engine(config.model_path)
-    from wam_diff2_ros.ros.node import load_engine
-
-    return load_engine(config)
-
-
-def planner_identity(config: Any) -> dict[str, Any]:
-    """What identifies the planner of an episode: its name or checkpoint, the checkpoint's content hash, the dtype,
-    the decoding engine asked for (a reference planner: its name and the package version)."""
-    from pathlib import Path
-
-    from wam_diff2_ros import __version__
-
-    if is_reference(config.model_path):
-        return {"planner": config.model_path, "model_sha256": None, "package_version": __version__}
-    from wam_diff2_ros.demo.resolve import resolve_model
-    from wam_diff2_ros.fleet.bags import Fingerprints
-
-    checkpoint = Path(resolve_model(config.model_path))
-    return {
-        "planner": "model",
-        "model_sha256": Fingerprints().model(checkpoint) if checkpoint.is_dir() else None,
-        "dtype": str(config.dtype),
-        "engine": str(config.decode.engine),
-    }

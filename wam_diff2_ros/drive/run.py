@@ -17,27 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from wam_diff2_ros.drive.episode import Episode, EpisodeOptions, EpisodeResult
+from wam_diff2_ros.drive.planners import DriveUsageError, node_config  # noqa: F401 (the callers' home of both)
 from wam_diff2_ros.drive.vehicle import VehicleLimits
 from wam_diff2_ros.drive.world import ScenarioSpec, build_world
 
 EXIT_OK, EXIT_USAGE, EXIT_MODEL, EXIT_INTERRUPTED = 0, 2, 3, 130
 OUTPUT_NAMES = ("score.json", "report.html", "episode", "bev.mp4")
-
-
-class DriveUsageError(ValueError):
-    """A bad command line or scenario (nothing ran)."""
-
-
-def node_config(model: str, device: str | None = None, overrides: dict[str, Any] | None = None) -> Any:
-    """The node's configuration for an episode: the node's defaults, ``overrides``, the model, raw images."""
-    from wam_diff2_ros.replay.errors import ReplayUsageError
-    from wam_diff2_ros.replay.settings import ReplayOptions, build_config
-
-    options = ReplayOptions(bag=Path("."), out=Path("."), model=model, device=device, overrides=dict(overrides or {}))
-    try:
-        return build_config(options, dict(overrides or {}), None)
-    except ReplayUsageError as exc:
-        raise DriveUsageError(str(exc)) from None
 
 
 def prepare_out(out: Path, overwrite: bool) -> None:
