@@ -51,13 +51,19 @@ def planner_identity(config: Any) -> dict[str, Any]:
 
     if is_reference(config.model_path):
         return {"planner": config.model_path, "model_sha256": None, "package_version": __version__}
+    from wam_diff2_ros.core.cache import user_cache_root
     from wam_diff2_ros.demo.resolve import resolve_model
     from wam_diff2_ros.fleet.bags import Fingerprints
 
     checkpoint = Path(resolve_model(config.model_path))
+    digest = None
+    if checkpoint.is_dir():  # hashed once per file version (remembered by path, size and modification time)
+        fingerprints = Fingerprints(user_cache_root() / "model_hashes.json")
+        digest = fingerprints.model(checkpoint)
+        fingerprints.save()
     return {
         "planner": "model",
-        "model_sha256": Fingerprints().model(checkpoint) if checkpoint.is_dir() else None,
+        "model_sha256": digest,
         "dtype": str(config.dtype),
         "engine": str(config.decode.engine),
     }
