@@ -6,8 +6,9 @@ The simulator (``wam-diff2-drive SCENARIO --dds``, node ``wam_diff2_sim``) publi
 topics (``/camera/front/image_raw``, ``/camera/front/camera_info``, ``/odom``, ``/imu/acceleration``,
 ``/navigation/command``); the planner node runs with ``use_sim_time: true`` and ``planning.rate_hz: 0`` (a plan
 on each new image; the simulator takes the ones an in-process episode would), its inputs remapped to those topics,
-reliable. The simulator waits for each plan on simulated time, writes the episode's outputs (score.json,
-report.html, the MCAP, bev.mp4; docs/closed_loop.md) and exits; its exit shuts the launch down.
+reliable, and the model an in-process episode would run (the same dtype and decoding engine; the simulator refuses a
+node whose model differs). The simulator waits for each plan on simulated time, writes the episode's outputs
+(score.json, report.html, the MCAP, bev.mp4; docs/closed_loop.md) and exits; its exit shuts the launch down.
 
 Arguments: ``scenario`` (built-in name, file or FILE:NAME), ``model_path`` (``demo``, ``tiny`` or a checkpoint
 directory), ``out`` (output folder), ``latency_ms`` (500: a plan takes effect this long after its instant),
@@ -81,6 +82,10 @@ def launch_setup(context: object, *args: object, **kwargs: object) -> list[objec
     }
     if arg("device"):
         overrides["model.device"] = arg("device")
+    # the model an in-process episode of the same --model runs (dtype, decoding engine); the simulator checks it
+    from wam_diff2_ros.drive.dds import same_model_overrides
+
+    overrides.update(same_model_overrides(arg("model_path"), arg("device") or None))
     sim_arguments = [
         arg("scenario"),
         "--dds",

@@ -156,12 +156,12 @@ def test_the_first_image_finds_odometry_in_whatever_order_it_arrives(
 def test_a_model_that_never_plans_validly_stops_the_car_safely(tmp_path: Path) -> None:
     from wam_diff2_ros.ros.node import load_engine
 
-    spec = replace(load_scenarios("straight_5")[0], duration_s=16.0)  # stops after about 9 s
+    spec = replace(load_scenarios("straight_5")[0], duration_s=16.0)  # stops after about 2.5 s
     config = node_config("tiny", overrides={"planning.rate_hz": 1.0})  # fewer (slow, vocabulary-wide) decodes
     options = EpisodeOptions(out=tmp_path / "out", latency_ms=200.0, width=320, height=180, video=False)
     result = run_episode(spec, options, config, load_engine(config), log=lambda _text: None)
     document = json.loads((tmp_path / "out" / "score.json").read_text())
-    assert document["plans"]["valid"] == 0 and document["plans"]["made"] >= 5
+    assert document["plans"]["valid"] == 0 and document["plans"]["made"] >= 3
     assert document["stop_reason"].startswith("stopped: no valid plan in force")
     assert document["score"]["why"].startswith("no valid plan")
     windows = document["score"]["windows"]
@@ -169,8 +169,11 @@ def test_a_model_that_never_plans_validly_stops_the_car_safely(tmp_path: Path) -
     # the windows it stood still instead of driving count as 0: the mean is below the driven windows' mean
     assert document["score"]["windows_not_driven"] >= 1
     assert document["score"]["pdms"] < np.mean([w["pdms"] for w in windows])
-    # braked after the 4 s hand-over at the fallback's comfortable deceleration
+    # no valid plan in force from the start: the comfortable stop at once, never a blind drive ahead
     assert all(w["comfort"]["lon_accel"] > -4.05 for w in document["score"]["windows"])
+    # 5 m/s braked at 2 m/s² goes 6.25 m, plus ~0.8 m while the jerk limit ramps the brake in (the old blind 4 s
+    # hand-over drove 20 m)
+    assert windows[0]["progress_m"] < 7.5
     assert result.exit_code == 0
 
 
@@ -290,7 +293,8 @@ def test_many_episodes_on_ray_workers_resume_and_pool(tmp_path: Path) -> None:
     (out / names[1] / "score.json").unlink()  # as if interrupted there
     again = subprocess.run(command, capture_output=True, text=True, timeout=900, cwd=REPO)
     assert again.returncode == 0, again.stderr[-3000:]
-    assert f"{names[0]}: done before, kept" in again.stderr and f"{names[2]}: done before, kept" in again.stderr
+    kept = "done before with the same settings, kept"
+    assert f"{names[0]}: {kept}" in again.stderr and f"{names[2]}: {kept}" in again.stderr
     assert f"{names[1]}: running" in again.stderr
     assert len(json.loads((out / "scores.json").read_text())["episodes"]) == 3
 
@@ -332,6 +336,9 @@ def test_report_page_in_chromium(tmp_path: Path) -> None:
         assert page.evaluate("() => window.__pwned") is None and page.locator("img").count() == 0
         assert page.locator("#plans tr").count() == len(episode.plans) + 1
         assert page.locator("#windows tr").count() == len(score["windows"]) + 1
+        # the summary starts with its first figure: no empty header row above it
+        assert page.locator("#summary th").count() == 0
+        assert page.locator("#summary tr").first.inner_text().startswith("PDMS")
 
         def count(rgb: tuple[int, int, int]) -> int:
             return page.evaluate(
@@ -381,10 +388,10 @@ def test_ctrl_c_writes_the_outputs_so_far_and_exits_promptly(tmp_path: Path) -> 
     assert process.returncode == 130, stderr[-3000:]
     document = json.loads((out / "score.json").read_text())
     assert document["interrupted"] is True and document["stop_reason"].startswith("interrupted")
-    assert 0 < document["simulated_s"] < 20.0
+    assert 0 <= document["simulated_s"] < 20.0  # (the first plan, at t=0, may still be decoding)
     assert (out / "report.html").is_file()
     from wam_diff2_ros.bag import BagReader
 
     with BagReader(out / "episode") as reader:
         truths = [m for m in reader.messages() if m.topic == "/sim/ground_truth"]
-    assert len(truths) >= 2
+    assert len(truths) >= 1

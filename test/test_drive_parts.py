@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from wam_diff2_ros.drive.controller import PlanTrack, Tracker, pursuit_point
+from wam_diff2_ros.drive.idm import idm_rollout
 from wam_diff2_ros.drive.score import (
     COMFORT_BOUNDS,
     EpisodeScorer,
@@ -133,11 +134,57 @@ def test_pdms_of_a_perfect_drive_is_one() -> None:
 
 
 def test_pdms_half_progress_is_hand_computed() -> None:
-    score = _episode(_straight_world(), 5.0, 4.0)  # 20 m of the 40 m the route allows
+    score = _episode(_straight_world(), 5.0, 4.0)  # 20 m at 5 m/s; IDM from 5 m/s towards the route's 10 goes further
     window = score["windows"][0]
+    reference = idm_rollout(_straight_world(), -VehicleLimits().centre_offset, 5.0, 0.0, 4.0)
     assert window["progress_m"] == pytest.approx(20.0, abs=1e-6)
-    assert window["allowed_progress_m"] == pytest.approx(40.0, abs=1e-6)
-    assert score["pdms"] == pytest.approx((5 * 0.5 + 5 * 1 + 2 * 1) / 12)
+    assert window["reference_progress_m"] == pytest.approx(reference.progress_m, abs=1e-6)
+    # IDM accelerates at most 1.5 m/s² and less as it nears 10 m/s: between 20 m and 20 + 0.75 * 16 m
+    assert 22.0 < window["reference_progress_m"] < 32.0
+    ep = 20.0 / window["reference_progress_m"]
+    assert window["ep"] == pytest.approx(ep)
+    assert score["pdms"] == pytest.approx((5 * ep + 5 * 1 + 2 * 1) / 12)
+
+
+def _follow(world, rollout, seconds: float):
+    """A constructed trace that drives ``rollout`` (rear axle s, v along the straight lane) at 10 Hz."""
+    scorer = EpisodeScorer(world)
+    trace, samples = Trace(), []
+    for k in range(round(seconds / 0.1) + 1):
+        t = k * 0.1
+        x = float(np.interp(t, rollout.t, rollout.s))
+        v = float(np.interp(t, rollout.t, rollout.v))
+        a = float(np.interp(t, rollout.t[:-1], np.diff(rollout.v) / np.diff(rollout.t)))
+        state = VehicleState(x, 0.0, 0.0, v, a)
+        trace.t.append(t)
+        trace.states.append(state)
+        trace.yaw_rate.append(0.0)
+        samples.append(scorer.sample_geometry(t, state, x))
+    return scorer.score(trace, samples)
+
+
+def test_ego_progress_from_standstill_of_a_perfect_planner_is_one() -> None:
+    world = _straight_world()
+    rollout = idm_rollout(world, 0.0, 0.0, 0.0, 8.0)  # IDM from standstill, re-planned at each window's start
+    score = _follow(world, rollout, 8.0)
+    assert rollout.v[-1] > 8.0  # it does get going
+    assert [w["ep"] for w in score["windows"]] == pytest.approx([1.0, 1.0], abs=0.02)
+    # the route's speed from the window's start (the old allowance) would have given ~0.6 in the first window
+    assert score["windows"][0]["progress_m"] < 0.7 * 40.0
+
+
+def test_ego_progress_behind_a_slower_lead_does_not_reward_tailgating() -> None:
+    world = _straight_world(lead={"gap_m": 30, "speed_mps": 5})
+    follower = _follow(world, idm_rollout(world, 0.0, 5.0, 0.0, 8.0), 8.0)
+    assert follower["nc"] == 1.0 and follower["ep"] == pytest.approx(1.0, abs=0.02)
+    # a tailgater closes up to 2 m behind the lead at its speed: more progress, no better EP
+    lead_rear = 30.0 - world.obstacles[0].half_length
+    close = lead_rear - 2.0 - VehicleLimits().front_length
+    ts = np.arange(0.0, 8.05, 0.1)
+    s = np.minimum(ts * 8.0, close + 5.0 * ts)
+    tailgater = _follow(world, type("R", (), {"t": ts, "s": s, "v": np.gradient(s, ts)})(), 8.0)
+    assert tailgater["windows"][0]["progress_m"] > follower["windows"][0]["progress_m"]
+    assert tailgater["ep"] <= follower["ep"] + 1e-9
 
 
 def test_pdms_off_road_is_zero() -> None:
@@ -227,14 +274,15 @@ def test_builtin_scenarios_cover_the_required_kinds() -> None:
         load_scenarios("nope")
 
 
-def test_windows_an_early_ended_episode_did_not_drive_count_as_zero() -> None:
+def test_an_early_ended_episode_has_a_completion_and_its_terms_report_only_what_happened() -> None:
     assert (window_count(10.0), window_count(9.6), window_count(8.5), window_count(8.0)) == (3, 3, 2, 2)
     perfect = {k: 1.0 for k in ("nc", "dac", "ep", "ttc", "c", "pdms")}
     assert episode_terms([perfect, perfect])["pdms"] == 1.0
     ended = episode_terms([perfect, {**perfect, "dac": 0.0, "pdms": 0.0}], planned_s=20.0)
-    assert ended["windows_not_driven"] == 3
-    assert ended["pdms"] == pytest.approx(1 / 5) and ended["dac"] == pytest.approx(1 / 5)
-    assert ended["nc"] == pytest.approx(2 / 5)
+    assert ended["windows_not_driven"] == 3 and ended["completion"] == pytest.approx(2 / 5)
+    assert ended["pdms"] == pytest.approx(1 / 5)  # the windows not driven count as 0 in the PDMS only
+    assert ended["dac"] == pytest.approx(1 / 2)  # one of the two windows driven left the road
+    assert ended["nc"] == 1.0  # no collision happened: none is reported
 
 
 def test_obstacle_boxes_are_the_parts_near_the_ground() -> None:

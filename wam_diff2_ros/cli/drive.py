@@ -2,7 +2,8 @@
 
 ``wam-diff2-drive SCENARIO --model M --out DIR``: SCENARIO is a built-in scenario's name (``all`` for every one),
 a scenario file (YAML/JSON; one scenario or ``scenarios: [...]``) or ``FILE:NAME``. One scenario writes into DIR;
-several write DIR/<name>/ each (resumable) and the pooled DIR/scores.json and DIR/scores.md.
+several (or one with ``--references``) write DIR/<name>/ each (resumable) and the pooled DIR/scores.json and
+DIR/scores.md; ``--references`` also drives the reference planners into DIR/references/<planner>/<name>/.
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from wam_diff2_ros.drive.episode import EpisodeOptions
-from wam_diff2_ros.drive.run import EXIT_MODEL, EXIT_USAGE, DriveUsageError, node_config
+from wam_diff2_ros.drive.planners import planner_config, planner_identity
+from wam_diff2_ros.drive.reference import is_reference
+from wam_diff2_ros.drive.run import EXIT_MODEL, EXIT_USAGE, DriveUsageError
 
 
 class _Parser(argparse.ArgumentParser):
@@ -30,7 +33,17 @@ def build_parser() -> argparse.ArgumentParser:
         "130 interrupted (outputs so far written).",
     )
     parser.add_argument("scenario", help="built-in scenario name, 'all', a scenario file, or FILE:NAME")
-    parser.add_argument("--model", help="checkpoint directory, 'demo' or 'tiny' (required unless --list)")
+    parser.add_argument(
+        "--model",
+        help="checkpoint directory, 'demo' or 'tiny', or a reference planner: 'expert' (privileged lane centre + "
+        "IDM) or 'constant-velocity' (required unless --list)",
+    )
+    parser.add_argument(
+        "--references",
+        action="store_true",
+        help="also drive both reference planners (expert, constant-velocity) with the same settings into "
+        "OUT/references/ and put their PDMS beside the model's in scores.md / scores.json",
+    )
     parser.add_argument("--out", type=Path, help="output folder (required unless --list)")
     parser.add_argument("--seed", type=int, help="override the scenarios' seeds")
     parser.add_argument(
@@ -93,9 +106,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             build_world(spec)  # every scenario checked before anything runs
         if args.list:
             for spec in specs:
-                print(
-                    f"{spec.name}: seed {spec.seed}, {spec.duration_s:g} s, {spec.speed_mps:g} m/s. {spec.description}"
-                )
+                speed = "its own speed profile" if spec.road == "sample" else f"{spec.speed_mps:g} m/s"
+                print(f"{spec.name}: seed {spec.seed}, {spec.duration_s:g} s, {speed}. {spec.description}")
             return 0
         if args.driver and (args.dds or args.workers is not None):
             raise DriveUsageError("--driver runs in this process: not with --dds or --workers")
@@ -108,8 +120,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise DriveUsageError("--latency-ms must be in [0, 10000]")
         overrides = parse_set(args.set)
         if args.dds:
+            if is_reference(args.model):
+                raise DriveUsageError(f"--model {args.model}: a reference planner drives in-process only (no --dds)")
             overrides["planning.rate_hz"] = 0.0  # the planner node plans on each image; the simulator picks
-        config = node_config(args.model or "tiny", args.device, overrides)  # with --driver: its defaults only
+        config = planner_config(args.model or "tiny", args.device, overrides)  # with --driver: its defaults only
+        settings = {**planner_identity(config), "overrides": overrides}
     except (ScenarioError, DriveUsageError, ReplayUsageError) as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -126,6 +141,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         overwrite=args.overwrite,
         bag=not args.no_bag,
         video=not args.no_video,
+        settings=settings,
     )
     from wam_diff2_ros.replay.interrupts import INTERRUPTS
 
@@ -143,11 +159,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(prog: str, args: argparse.Namespace, specs: list, options: EpisodeOptions, config: object) -> int:
-    from wam_diff2_ros.drive.batch import run_many
+    from wam_diff2_ros.drive.batch import run_many, run_references
     from wam_diff2_ros.drive.bench import bench_renderer, bench_text
+    from wam_diff2_ros.drive.planners import load_planner
     from wam_diff2_ros.drive.run import run_episode
-    from wam_diff2_ros.ros.node import load_engine
+    from wam_diff2_ros.replay.settings import parse_set
 
+    if args.references and (args.dds or args.workers is not None):
+        raise DriveUsageError("--references runs in this process (not with --dds or --workers)")
     if args.dds:
         return _run_dds(prog, specs, options, config)
     if args.workers is not None:
@@ -164,11 +183,11 @@ def _run(prog: str, args: argparse.Namespace, specs: list, options: EpisodeOptio
         render = bench_renderer(specs[0], options.width, options.height)
         print(bench_text(render, None, options.width, options.height), end="", flush=True)
     try:
-        engine = load_engine(config)
+        engine = load_planner(config)
     except Exception as exc:
         print(f"{prog}: error: cannot load the model: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_MODEL
-    if len(specs) == 1:
+    if len(specs) == 1 and not args.references:
         result = run_episode(specs[0], options, config, engine)
         score = result.score
         terms = score["score"]
@@ -185,7 +204,9 @@ def _run(prog: str, args: argparse.Namespace, specs: list, options: EpisodeOptio
                 end="",
             )
         return result.exit_code
-    _rows, code = run_many(specs, options, config, engine)
+    rows, code = run_many(specs, options, config, engine)
+    if args.references and code == 0:
+        _refs, code = run_references(specs, options, rows, parse_set(args.set))
     print((options.out / "scores.md").read_text(encoding="utf-8"), end="")
     return code
 

@@ -37,7 +37,7 @@ FALLBACK_DECEL = -COMFORTABLE_DECEL_MPS2  # m/s²
 @dataclass(frozen=True)
 class PlanTrack:
     """A plan in the world frame: ``t`` (s, episode time) with ``x, y`` (m), starting at the pose it was made
-    from; it holds from ``effective_s`` until ``t[-1]``. ``source``: "model" or "handover"."""
+    from; it holds from ``effective_s`` until ``t[-1]``. ``source``: where it came from ("model")."""
 
     t: np.ndarray
     x: np.ndarray

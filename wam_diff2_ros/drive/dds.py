@@ -15,6 +15,11 @@ Start: the pre-roll's odometry, acceleration and command (:data:`~wam_diff2_ros.
 go out with the clock before t=0, then the clock holds for half a second of wall time, so the first image finds
 them at the node (without, a loaded machine could hand the node the first image before any odometry: no plan).
 
+One model in both modes: the planner node must run the model the simulator's in-process episode would (the same
+checkpoint, ``model.dtype`` and ``decoding.engine``: :func:`same_model_overrides`, which the closed-loop launch
+file passes to the node); before the episode the simulator reads those parameters from the node and refuses one
+that differs, naming both (:meth:`DdsEpisode.model_mismatch`).
+
 Tolerance: the node assembles its observation when the image arrives; odometry of the same instant may arrive just
 after it over DDS, and then the node extrapolates the pose and speed from the previous sample (20 ms earlier,
 :mod:`wam_diff2_ros.core.frames`), so the speed written into the prompt can differ in its last digit. With a
@@ -46,6 +51,27 @@ BAG_TOPICS = {
     "command": SAMPLE_TOPICS["command"],
 }
 PLANNER_TRAJECTORY = "/wam_diff2/output/trajectory"
+MODEL_PARAMETERS = ("model.path", "model.dtype", "decoding.engine")  # what makes the node's model the episode's
+
+
+def same_model_overrides(model: str, device: str | None = None) -> dict[str, str]:
+    """The planner node parameters that make it run the model an in-process episode of ``--model model`` runs:
+    the dtype and decoding engine resolved by the same rule (float32 on a CPU, else ``model.dtype``)."""
+    from wam_diff2_ros.drive.planners import node_config
+
+    config = node_config(model, device)
+    return {"model.dtype": str(config.dtype), "decoding.engine": str(config.decode.engine)}
+
+
+def _checkpoint(path: str) -> str:
+    """A model name or path as the checkpoint directory it loads."""
+    from pathlib import Path
+
+    from wam_diff2_ros.demo.resolve import is_model_name, resolve_model
+
+    if not path:
+        return ""
+    return str(Path(resolve_model(path) if is_model_name(path) else path).expanduser().resolve())
 
 
 class DdsEpisode(Episode):
@@ -101,6 +127,43 @@ class DdsEpisode(Episode):
             if subscribed and self.node.count_publishers(self.planner_topic) >= 1:
                 return True
         return False
+
+    def model_mismatch(self, config: Any, timeout_s: float = 10.0) -> str | None:
+        """Why the planner node's model differs from ``config``'s (checkpoint, dtype, decoding engine), or None
+        when it is the same (or the node does not answer its parameter service: then a warning)."""
+        from rcl_interfaces.srv import GetParameters
+
+        node_name = self.planner_topic.rsplit("/output/", 1)[0]
+        client = self.node.create_client(GetParameters, f"{node_name}/get_parameters")
+        try:
+            if not client.wait_for_service(timeout_sec=timeout_s):
+                self.log(f"warning: {node_name} has no parameter service: cannot check its model")
+                return None
+            names = list(MODEL_PARAMETERS)
+            future = client.call_async(GetParameters.Request(names=names))
+            self.executor.spin_until_future_complete(future, timeout_sec=timeout_s)
+            if future.result() is None:
+                self.log(f"warning: {node_name} did not say its model parameters: cannot check its model")
+                return None
+            node = {name: value.string_value for name, value in zip(names, future.result().values, strict=True)}
+        finally:
+            self.node.destroy_client(client)
+        ours = {
+            "model.path": str(config.model_path),
+            "model.dtype": config.dtype,
+            "decoding.engine": config.decode.engine,
+        }
+        theirs = {**node, "model.path": _checkpoint(node["model.path"])}
+        ours["model.path"] = _checkpoint(ours["model.path"])
+        differ = [k for k in MODEL_PARAMETERS if ours[k] != theirs[k]]
+        if not differ:
+            return None
+        them = ", ".join(f"{k} {theirs[k]!r}" for k in differ)
+        us = ", ".join(f"{k} {ours[k]!r}" for k in differ)
+        return (
+            f"the planner node {node_name} runs another model than this episode would in-process ({them} there; "
+            f"{us} here): start it with the same model (closed_loop.launch.py does) or pass --set to match"
+        )
 
     def _tick(self, now_ns: int) -> None:
         from rosgraph_msgs.msg import Clock

@@ -21,7 +21,7 @@ ego's: x forward, y left, z up, origin on the ground below the rear axle — the
   values ``valid`` 0 and ``rejected: <reason>``, as this package's policy sends them) is counted as a rejected plan
   with that reason and its answer (its plan in force re-timed, or a comfortable stop) is not submitted: the
   controller applies its own rule, which that fallback mirrors (the plan in force while it lasts, then the
-  comfortable stop), and at the start the hand-over holds until the first valid plan, as in-process;
+  comfortable stop), and before the first valid plan the safe start (the comfortable stop) applies, as in-process;
 * ``close_session`` at the end.
 
 A gRPC error on ``drive`` counts as a failed plan, as an engine error in-process (three in a row end the episode).

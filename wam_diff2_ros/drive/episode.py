@@ -6,12 +6,19 @@ messages); every 100 ms the front camera, rendered from the ego's true pose by t
 camera info; every 500 ms the route's command. The odometry, acceleration and command start
 :data:`PRE_ROLL_TICKS` ticks before the first image (the car was already driving at its start speed), so the first
 image finds them in either mode, whatever order DDS delivers them in. Planning instants follow the node's schedule
-(``planning.rate_hz``, :class:`~wam_diff2_ros.ros.schedule.InstantSchedule`); the model is busy for the plan's
+(``planning.rate_hz``, :class:`~wam_diff2_ros.ros.schedule.InstantSchedule`, its timer started one period before
+t=0, so the first instant is the first image's); the model is busy for the plan's
 latency (measured wall time, or ``latency_ms``) and an instant that falls while it is busy runs when it is free,
 as the node's worker does. A plan made from the frame at t takes effect at t + latency; the gates (kinematic,
-age on the runtime's clock = t + latency, confidence) are the runtime's own. Until the first plan takes effect the
-car keeps its start heading and speed (the hand-over, :data:`HANDOVER_S`), then
-:class:`~wam_diff2_ros.drive.controller.Tracker` follows the plans and brakes when they run out.
+age on the runtime's clock = t + latency, confidence) are the runtime's own.
+:class:`~wam_diff2_ros.drive.controller.Tracker` follows the plans; whenever no valid plan is in force — at the
+start until the first one takes effect, and when the last one runs out — the car makes the tracker's comfortable
+stop (:data:`~wam_diff2_ros.drive.controller.FALLBACK_DECEL`, never a blind drive ahead).
+
+A planner that does not look at the camera (``looks_at_images = False``: the reference planners of
+:mod:`wam_diff2_ros.drive.reference`) gets a black frame of the same size instead of a rendered one unless the
+MCAP is written (the frame is never read; everything else is the same episode). A planner with ``attach`` gets
+the episode's ground truth hook (:meth:`Episode.ground_truth`).
 
 With ``latency_ms`` set, an episode is a pure function of the scenario, its seed and the model (deterministic);
 with measured latency the timing of each plan depends on the machine.
@@ -31,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from wam_diff2_ros.drive import messages
-from wam_diff2_ros.drive.controller import PlanTrack, Tracker, plan_from_waypoints
+from wam_diff2_ros.drive.controller import Tracker, plan_from_waypoints
 from wam_diff2_ros.drive.score import EpisodeScorer, Trace
 from wam_diff2_ros.drive.vehicle import Vehicle, VehicleLimits, VehicleState
 from wam_diff2_ros.drive.world import ScenarioSpec, World, build_world
@@ -43,8 +50,7 @@ TICK_NS = 20_000_000  # 50 Hz: vehicle, odometry, acceleration
 CAMERA_EVERY = 5  # 10 Hz
 COMMAND_EVERY = 25  # 2 Hz
 TRACE_EVERY = 5  # 10 Hz: ground truth, score samples, video frames
-HANDOVER_S = 4.0
-STOPPED_END_S = 2.0  # standing still without a plan this long ends the episode
+STOPPED_END_S = 2.0  # standing still without a plan this long (after the first answer) ends the episode
 CONTACT_END_S = 1.0  # an episode ends this long after a contact
 OFF_ROAD_END_M = 8.0  # ... or when the ego is this far off the lane centre
 MAX_CONSECUTIVE_ERRORS = 3
@@ -68,6 +74,21 @@ class EpisodeOptions:
     dds_wait_s: float = 120.0  # DDS: how long to wait for the planner node (start, each plan)
     dds_resend_s: float = 5.0  # DDS: wall seconds without a trajectory before the awaited image goes out again
     driver: str = ""  # an egodriver policy's address (drive/egodriver.py) instead of the runtime in this process
+    # what else identifies the run (the planner and its hash, the --set overrides): score.json's "settings", which a
+    # resumed batch compares (drive/batch.py)
+    settings: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class GroundTruth:
+    """The simulator's truth at the stamp of the image the runtime plans on (a privileged planner's input:
+    :meth:`Episode.ground_truth`)."""
+
+    t_s: float  # episode time of the image
+    state: VehicleState  # the ego's rear-axle pose and speed then
+    s: float  # its arc length along the route
+    world: World
+    limits: VehicleLimits
 
 
 @dataclass
@@ -116,13 +137,20 @@ class Episode:
         self._plan_started: float | None = None
         self.runtime = PlannerRuntime(config, engine, clock=self._clock)
         self.rows = {row.role: row for row in input_table(config, self.runtime) if row.index in (None, 0)}
-        self.schedule = InstantSchedule(options.start_ns, config.rate_hz)
+        # the node's timer has been running before t=0 (the pre-roll: the car was already driving), so its instants
+        # fall at t = 0, 1/rate, ...: the first at the first image, as with planning.rate_hz 0 (and over DDS)
+        period_ns = round(1e9 / config.rate_hz) if config.rate_hz > 0 else 0
+        self.schedule = InstantSchedule(options.start_ns - period_ns, config.rate_hz)
         x, y, yaw = (float(v[0]) for v in self.world.road.frenet_to_world(0.0, spec.start_offset_m))
         speed = spec.start_speed_mps if spec.start_speed_mps is not None else float(self.world.route_speed([0.0])[0])
         yaw += math.radians(spec.start_heading_deg)
         self.vehicle = Vehicle(VehicleState(x, y, yaw, speed), self.limits)
-        self.tracker = Tracker(self.limits)
-        self.tracker.submit(_handover(x, y, yaw, speed))
+        self.tracker = Tracker(self.limits)  # no plan in force yet: the comfortable stop until the first one
+        self._last_image: tuple[int, VehicleState, float] | None = None
+        self.render_images = getattr(engine, "looks_at_images", True) or options.bag
+        attach = getattr(engine, "attach", None)
+        if callable(attach):
+            attach(self.ground_truth)
         self.scorer = EpisodeScorer(self.world, self.limits)
         self.trace = Trace()
         self.samples: list[dict[str, Any]] = []
@@ -208,7 +236,7 @@ class Episode:
                 if self.stop_reason:
                     break
             steer, accel, following = self.tracker.command(t, state)
-            if not following and state.v < 0.05:
+            if not following and state.v < 0.05 and self.plans:  # (before the first answer: waiting for it)
                 stopped_since = t if stopped_since is None else stopped_since
                 if t - stopped_since >= STOPPED_END_S:
                     self.stop_reason = "stopped: no valid plan in force (" + self._rejection_summary() + ")"
@@ -256,7 +284,11 @@ class Episode:
     def _camera(self, now_ns: int, state: VehicleState, near_s: float) -> None:
         started = time.perf_counter()
         s, _ = self.world.frenet(state.x, state.y, near_s)
-        rgb = self.renderer.render_from(self._t(now_ns), state.x, state.y, state.yaw, float(s[0]))
+        self._last_image = (now_ns, state, float(s[0]))
+        if self.render_images:
+            rgb = self.renderer.render_from(self._t(now_ns), state.x, state.y, state.yaw, float(s[0]))
+        else:
+            rgb = np.zeros((self.options.height, self.options.width, 3), np.uint8)
         self.render_s += time.perf_counter() - started
         info = messages.camera_info(now_ns, self.renderer.cam)
         self._feed("camera_info", info, now_ns, "/camera/front/camera_info")
@@ -265,6 +297,13 @@ class Episode:
             self.recorder.write("/camera/front/image_raw/compressed", messages.jpeg(now_ns, rgb), now_ns)
         if "image" in self.rows:
             self.schedule.image(0, now_ns)
+
+    def ground_truth(self) -> GroundTruth:
+        """The simulator's truth at the latest camera frame's stamp (the privileged planners' input)."""
+        if self._last_image is None:
+            raise RuntimeError("no camera frame yet")
+        stamp_ns, state, s = self._last_image
+        return GroundTruth(self._t(stamp_ns), state, s, self.world, self.limits)
 
     def _plan(self, now_ns: int) -> None:
         self.pending = False
@@ -346,7 +385,7 @@ class Episode:
 
     def _rejection_summary(self) -> str:
         valid = sum(p.valid for p in self.plans)
-        reasons = Counter(p.reason.split(":")[0] for p in self.plans if not p.valid)
+        reasons = Counter(reason_kind(p.reason) for p in self.plans if not p.valid)
         top = ", ".join(f"{n}× {r}" for r, n in reasons.most_common(3))
         return f"{len(self.plans)} plans, {valid} valid" + (f"; rejected: {top}" if top else "")
 
@@ -363,7 +402,7 @@ class Episode:
             "used": len(used),
             "rejected": sum(not p.valid for p in made),
             "no_observation": len(self.plans) - len(made),
-            "rejection_reasons": dict(Counter(p.reason.split(":")[0] for p in made if not p.valid).most_common()),
+            "rejection_reasons": dict(Counter(reason_kind(p.reason) for p in made if not p.valid).most_common()),
             "latency_ms": {
                 "mean": float(np.mean(latencies)) if latencies else None,
                 "max": float(np.max(latencies)) if latencies else None,
@@ -373,7 +412,8 @@ class Episode:
         }
 
 
-def _handover(x: float, y: float, yaw: float, speed: float) -> PlanTrack:
-    """The start: straight ahead at the start speed for :data:`HANDOVER_S` (until the first plan takes effect)."""
-    t = np.arange(0.0, HANDOVER_S + 1e-9, 0.5)
-    return PlanTrack(t, x + np.cos(yaw) * speed * t, y + np.sin(yaw) * speed * t, 0.0, "handover")
+def reason_kind(reason: str) -> str:
+    """A rejection reason without its details: the text before the first ``:`` or `` (``, whichever comes first
+    (``no valid candidate of 4 (#0: ...)`` → ``no valid candidate of 4``)."""
+    cuts = [i for i in (reason.find(":"), reason.find(" (")) if i > 0]
+    return reason[: min(cuts)].strip() if cuts else reason.strip()

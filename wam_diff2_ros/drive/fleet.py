@@ -20,11 +20,10 @@ class EpisodeWorker:
     """One model, many episodes (a plain class; :func:`run_on_ray` makes it a Ray actor)."""
 
     def __init__(self, model: str, device: str | None, overrides: dict[str, Any]) -> None:
-        from wam_diff2_ros.drive.run import node_config
-        from wam_diff2_ros.ros.node import load_engine
+        from wam_diff2_ros.drive.planners import load_planner, planner_config
 
-        self.config = node_config(model, device, overrides)
-        self.engine = load_engine(self.config)
+        self.config = planner_config(model, device, overrides)
+        self.engine = load_planner(self.config)
 
     def run(self, spec: ScenarioSpec, options: EpisodeOptions) -> dict[str, Any]:
         """Run one episode; returns its ``score.json`` content."""
@@ -45,20 +44,20 @@ def run_on_ray(
     log: Callable[[str], None] | None = None,
 ) -> tuple[list[dict[str, Any]], int]:
     """Run (or resume) every scenario on ``workers`` Ray actors; returns the pooled rows and the exit code."""
-    from wam_diff2_ros.drive.run import node_config
+    from wam_diff2_ros.drive.planners import planner_config
     from wam_diff2_ros.fleet.pool import RayConfig, ray_session
 
     log = log or (lambda text: print(text, file=sys.stderr, flush=True))
-    model_path = str(node_config(model, device, overrides).model_path)
+    model_path = str(planner_config(model, device, overrides).model_path)
     folders = scenario_folders(specs, options, model_path)
     options.out.mkdir(parents=True, exist_ok=True)
     documents: dict[str, dict[str, Any]] = {}
     todo = []
     for spec in specs:
-        done = None if options.overwrite else _done(folders[spec.name], spec, model_path, options.latency_ms)
+        done = None if options.overwrite else _done(folders[spec.name], spec, model_path, options)
         if done is not None:
             documents[spec.name] = done
-            log(f"{spec.name}: done before, kept")
+            log(f"{spec.name}: done before with the same settings, kept")
         else:
             todo.append(spec)
     if todo:

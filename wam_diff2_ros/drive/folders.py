@@ -4,8 +4,9 @@ slug rule (:func:`wam_diff2_ros.core.safe_names.safe_name`), all checked before 
 Refused before anything runs: two scenarios whose names give the same folder, a name that gives the pooled table's
 file names (or ``references``), a folder that is a file or a link leading outside ``--out``, and, without
 ``--overwrite``, a folder that holds anything but episode outputs, or a finished episode that is not this one
-(another scenario, model or latency). A folder with a finished run of the same episode is kept (resume); one with
-an unfinished run of it (interrupted, or no ``score.json``) is run again.
+(another scenario, or other settings: model, size, latency, overrides, duration ...). A folder with a finished run
+of the same episode is kept (resume); one with an unfinished run of it (interrupted, or no ``score.json``) is run
+again.
 """
 
 from __future__ import annotations
@@ -70,4 +71,4 @@ def _not_rerunnable(folder: Path, spec: ScenarioSpec) -> str | None:
         return "holds another scenario's episode"
     if document.get("interrupted"):
         return None
-    return "holds a finished episode with other settings (scenario, model or latency)"
+    return "holds a finished episode with other settings (model, size, latency, overrides, duration or seed)"

@@ -80,7 +80,7 @@ def write_report(path: Path, document: dict[str, Any], episode: Any) -> Path:
         "road": road,
         "obstacles": obstacles,
         "windows": [
-            {k: w[k] for k in ("t0", "t1", "nc", "dac", "ep", "ttc", "c", "pdms", "progress_m", "allowed_progress_m")}
+            {k: w[k] for k in ("t0", "t1", "nc", "dac", "ep", "ttc", "c", "pdms", "progress_m", "reference_progress_m")}
             for w in score.get("windows", [])
         ],
         "events": score.get("events", []),
@@ -99,6 +99,7 @@ def _summary(document: dict[str, Any]) -> list[list[str]]:
     rows = [
         ["PDMS (mean over 4 s windows)", num(score.get("pdms"))],
         ["NC · DAC · EP · TTC · C", " · ".join(num(score.get(k), 2) for k in ("nc", "dac", "ep", "ttc", "c"))],
+        ["completion (windows driven of those planned)", num(score.get("completion"), 2)],
         [
             "lane-centre deviation",
             f"mean {num(score.get('lane_deviation_m', {}).get('mean'), 2)} m, max "
@@ -114,6 +115,7 @@ def _summary(document: dict[str, Any]) -> list[list[str]]:
         ["ended", document["stop_reason"]],
         ["simulated / wall", f"{document['simulated_s']:.1f} s / {document['wall_s']:.1f} s"],
         ["model", document["model"]],
+        ["planner", document.get("planner", "model")],
     ]
     if score.get("why"):
         rows.insert(1, ["why", score["why"]])

@@ -17,27 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from wam_diff2_ros.drive.episode import Episode, EpisodeOptions, EpisodeResult
+from wam_diff2_ros.drive.planners import DriveUsageError, node_config  # noqa: F401 (the callers' home of both)
 from wam_diff2_ros.drive.vehicle import VehicleLimits
 from wam_diff2_ros.drive.world import ScenarioSpec, build_world
 
 EXIT_OK, EXIT_USAGE, EXIT_MODEL, EXIT_INTERRUPTED = 0, 2, 3, 130
 OUTPUT_NAMES = ("score.json", "report.html", "episode", "bev.mp4")
-
-
-class DriveUsageError(ValueError):
-    """A bad command line or scenario (nothing ran)."""
-
-
-def node_config(model: str, device: str | None = None, overrides: dict[str, Any] | None = None) -> Any:
-    """The node's configuration for an episode: the node's defaults, ``overrides``, the model, raw images."""
-    from wam_diff2_ros.replay.errors import ReplayUsageError
-    from wam_diff2_ros.replay.settings import ReplayOptions, build_config
-
-    options = ReplayOptions(bag=Path("."), out=Path("."), model=model, device=device, overrides=dict(overrides or {}))
-    try:
-        return build_config(options, dict(overrides or {}), None)
-    except ReplayUsageError as exc:
-        raise DriveUsageError(str(exc)) from None
 
 
 def prepare_out(out: Path, overwrite: bool) -> None:
@@ -74,6 +59,10 @@ def run_episode(
         if not episode.wait_for_planner(options.dds_wait_s):
             episode.close()
             raise DriveUsageError(f"no planner node on the sensor topics within {options.dds_wait_s:g} s")
+        mismatch = episode.model_mismatch(config)
+        if mismatch:
+            episode.close()
+            raise DriveUsageError(mismatch)
     elif options.driver:
         episode = _driver_episode(spec, options, config, log, world)
     else:
@@ -98,8 +87,10 @@ def run_episode(
     document = {
         "scenario": dataclasses.asdict(spec),
         "model": getattr(episode, "planner_label", None) or str(getattr(config, "model_path", "")),
+        "planner": "driver" if options.driver else _planner_name(config),
         "latency_ms": options.latency_ms,
-        "mode": "dds" if options.dds else "driver" if options.driver else "in-process",
+        "mode": _mode(options),
+        "settings": episode_settings(options),
         "stop_reason": episode.stop_reason,
         "interrupted": interrupted,
         "simulated_s": simulated_s,
@@ -132,6 +123,36 @@ def _driver_episode(spec: ScenarioSpec, options: EpisodeOptions, config: Any, lo
         episode.close()
         raise DriveUsageError(str(exc)) from None
     return episode
+
+
+def episode_settings(options: EpisodeOptions) -> dict[str, Any]:
+    """Every setting besides the scenario (its duration and seed included there) that can change an episode: the
+    image size, the latency, the mode and ``options.settings`` (the planner, its hash, the overrides)."""
+    return json.loads(
+        json.dumps(
+            {
+                **options.settings,
+                "size": f"{options.width}x{options.height}",
+                "latency_ms": options.latency_ms,
+                "mode": _mode(options),
+                "driver": options.driver,
+                "start_ns": options.start_ns,
+            },
+            default=_jsonable,
+        )
+    )
+
+
+def _planner_name(config: Any) -> str:
+    """``expert`` / ``constant-velocity`` for a reference planner, else ``model``."""
+    from wam_diff2_ros.drive.reference import is_reference
+
+    model = str(getattr(config, "model_path", ""))
+    return model if is_reference(model) else "model"
+
+
+def _mode(options: EpisodeOptions) -> str:
+    return "dds" if options.dds else "driver" if options.driver else "in-process"
 
 
 def _jsonable(value: Any) -> Any:

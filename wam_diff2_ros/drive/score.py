@@ -13,9 +13,14 @@ Definitions, weights and bounds follow NAVSIM (autonomousvision/navsim,
   hits it, or a lateral contact while the ego straddles lanes or leaves the drivable area; other contacts are
   remembered and ignored afterwards, as NAVSIM does;
 - DAC, drivable-area compliance: 0 when a corner of the ego's body leaves the asphalt (both lanes);
-- EP, ego progress: the body centre's advance along the route's lane centre over the window, divided by what the
-  route allowed (its speed profile, stopping 2 m behind a vehicle in the lane); 1 when that is ≤ 5 m (NAVSIM's
-  ``progress_distance_threshold``) and NC · DAC > 0;
+- EP, ego progress, as NAVSIM computes it (autonomousvision/navsim, ``pdm_scorer.py`` ``_aggregate_scores``; the
+  reference trajectory from PDM-Closed in ``metric_caching``): the body centre's advance along the route's lane
+  centre over the window (times NC · DAC), divided by the largest of that and the progress of the reference
+  planner from the ego's state at the window's start — IDM towards the route's speed behind the vehicles ahead,
+  with PDM-Closed's parameters (:func:`wam_diff2_ros.drive.idm.idm_rollout`); 1 when that largest progress is
+  ≤ 5 m (NAVSIM's ``progress_distance_threshold``) and NC · DAC > 0, else 0. A car starting from standstill is
+  measured against IDM's start from standstill, and behind a slower lead against IDM's headway: tailgating earns
+  nothing over following;
 - TTC: 0 when the ego's box, moved 0, 0.3, 0.6, 0.9 s ahead at its speed and heading, meets an object ahead (within
   30° of the heading, nuPlan's ``is_agent_ahead``) or, straddling lanes or off the road, one not behind (150°);
 - C, comfort: longitudinal acceleration in (-4.05, 2.40) m/s², lateral |a| < 4.89 m/s², jerk magnitude < 8.37 and
@@ -34,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from wam_diff2_ros.drive.idm import idm_rollout
 from wam_diff2_ros.drive.vehicle import VehicleLimits, VehicleState, footprint
 from wam_diff2_ros.drive.world import World
 from wam_diff2_ros.sim.road import ASPHALT_D, CENTRE_D, LANE_WIDTH
@@ -54,7 +60,6 @@ STOPPED_SPEED = 0.05  # m/s (nuPlan's collision stopped-speed threshold)
 TTC_STOPPED_SPEED = 5e-3  # m/s (NAVSIM stopped_speed_threshold)
 TTC_OFFSETS_S = (0.0, 0.3, 0.6, 0.9)
 PROGRESS_THRESHOLD_M = 5.0
-FOLLOW_GAP_M = 2.0
 
 
 @dataclass
@@ -135,11 +140,22 @@ def window_count(seconds: float) -> int:
 
 
 def episode_terms(windows: list[dict[str, Any]], planned_s: float | None = None) -> dict[str, Any]:
-    """The episode's terms: the mean of each over the windows, counting the windows an episode that ended early
-    did not drive (up to ``planned_s``) as 0 in every term."""
-    missing = max(0, window_count(planned_s) - len(windows)) if planned_s is not None else 0
-    terms = {k: float(np.sum([w[k] for w in windows]) / (len(windows) + missing)) for k in TERMS}
-    return {**terms, "windows_not_driven": missing}
+    """The episode's terms. NAVSIM scores each scene's 4 s on its own and averages every term over the scenes;
+    here each window is a scene, so NC, DAC, EP, TTC and C are their means over the windows driven (a window that
+    was not driven reports no event). An episode that ended early (off the road, a contact, stopped without a
+    plan) before ``planned_s`` gets ``completion``, the share of its planned windows it drove, and its PDMS counts
+    the windows not driven as 0 (the mean over the planned windows)."""
+    planned = max(window_count(planned_s), len(windows)) if planned_s is not None else len(windows)
+    terms = {k: float(np.mean([w[k] for w in windows])) for k in TERMS if k != "pdms"}
+    pdms = float(np.sum([w["pdms"] for w in windows]) / planned)
+    return {**terms, "pdms": pdms, "completion": len(windows) / planned, "windows_not_driven": planned - len(windows)}
+
+
+def ego_progress(progress_m: float, reference_m: float) -> float:
+    """NAVSIM's EP of one window: ``progress_m`` (already times NC · DAC) over the larger of it and the reference
+    planner's progress; 1 when that is within :data:`PROGRESS_THRESHOLD_M` (see the module docstring)."""
+    best = max(progress_m, reference_m)
+    return 1.0 if best <= PROGRESS_THRESHOLD_M else float(progress_m / best)
 
 
 def _lane_index(d: np.ndarray) -> np.ndarray:
@@ -194,8 +210,8 @@ class EpisodeScorer:
     def score(self, trace: Trace, samples: list[dict[str, Any]], planned_s: float | None = None) -> dict[str, Any]:
         """Per-window terms and the episode's PDMS (the mean over windows; a last partial window of at least 1 s
         counts too). ``planned_s``: the scenario's duration, for an episode that ended early (off the road, a
-        contact, stopped without a plan): the windows it did not drive count with every term 0
-        (:func:`episode_terms`)."""
+        contact, stopped without a plan): its ``completion`` and a PDMS that counts the windows it did not drive
+        as 0 (:func:`episode_terms`)."""
         count = min(len(trace.t), len(trace.states), len(trace.yaw_rate), len(samples))  # an interrupted step
         trace = Trace(trace.t[:count], trace.states[:count], trace.yaw_rate[:count])
         samples = samples[:count]
@@ -236,12 +252,11 @@ class EpisodeScorer:
                     collided.add(j)
         dac = 0.0 if any(not samples[i]["on_road"] for i in idx) else 1.0
         raw = max(0.0, samples[i1]["s"] - samples[i0]["s"])
-        allowed = self._allowed_progress(samples[i0]["s"], trace.t[i0], trace.t[i1])
+        reference = self.reference_progress(trace.states[i0], samples[i0]["s"], trace.t[i0], trace.t[i1])
         multiplier = nc * dac
-        if allowed <= PROGRESS_THRESHOLD_M:
-            ep = 1.0 if multiplier > 0 else 0.0
-        else:
-            ep = float(np.clip(raw * (1.0 if multiplier > 0 else 0.0) / allowed, 0.0, 1.0))
+        ep = ego_progress(raw * multiplier, reference)
+        if multiplier == 0.0:
+            ep = 0.0
         ttc = self._ttc(trace, samples, idx, collided)
         terms = comfort_terms(t, states, np.array([trace.yaw_rate[i] for i in idx]))
         ok = comfortable(terms)
@@ -257,7 +272,7 @@ class EpisodeScorer:
             "c": c,
             "pdms": float(pdms),
             "progress_m": raw,
-            "allowed_progress_m": allowed,
+            "reference_progress_m": reference,
             "comfort": terms,
             "comfort_ok": ok,
             "collision_t": fault_at,
@@ -294,19 +309,11 @@ class EpisodeScorer:
                         return 0.0
         return 1.0
 
-    def _allowed_progress(self, s0: float, t0: float, t1: float) -> float:
-        """How far the route's speed profile goes from ``s0`` in ``t1 - t0``, stopping behind a vehicle in the lane."""
-        s, t = s0, t0
-        while t < t1 - 1e-9:
-            s += float(self.world.route_speed(np.array([s]))[0]) * SAMPLE_DT
-            t += SAMPLE_DT
-        cap = math.inf
-        for ob in self.world.obstacles:
-            x, y, _ = ob.actor.pose(t1)
-            os_, od = self.world.frenet(x, y, s0)
-            if abs(od[0]) < LANE_WIDTH / 2 and os_[0] > s0:
-                cap = min(cap, os_[0] - ob.half_length - FOLLOW_GAP_M - self.limits.length / 2)
-        return max(0.0, min(s, cap) - s0)
+    def reference_progress(self, state: VehicleState, s0: float, t0: float, t1: float) -> float:
+        """The progress (m) of the reference planner (IDM along the route, PDM-Closed's parameters) from the ego's
+        speed at ``t0`` until ``t1``, from the body centre's arc length ``s0``."""
+        rear_s = s0 - self.limits.centre_offset
+        return idm_rollout(self.world, rear_s, state.v, t0, t1 - t0, self.limits).progress_m
 
     def _events(self, trace: Trace, samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Where something happened: first contact with each object, leaving and re-entering the road."""

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from wam_diff2_ros.drive.vehicle import VehicleLimits
-from wam_diff2_ros.sim.road import ASPHALT_D, COMMAND_LEAD_S, LANE_WIDTH, Road
+from wam_diff2_ros.sim.road import ASPHALT_D, COMMAND_LEAD_S, LANE_WIDTH, MAX_SECONDS, Road
 from wam_diff2_ros.sim.scenario import Actor, Scenario, _car, _pole, _random_car_colour, _tree, _value_noise
 
 #: Keys of a scenario and of its sub-mappings; anything else is an error.
@@ -246,7 +246,7 @@ def build_world(spec: ScenarioSpec, limits: VehicleLimits | None = None) -> Worl
     limits = limits or VehicleLimits()
     rng = np.random.default_rng(spec.seed)
     if spec.road == "sample":
-        sc = Scenario(spec.duration_s, spec.seed)
+        sc = Scenario(MAX_SECONDS, spec.seed)  # the longest world: a shorter --duration cuts it, never changes it
         road, actors = sc.road, list(sc.actors)
         ground, clouds = sc.ground_texture, sc.cloud_texture
 
