@@ -206,3 +206,37 @@ def test_a_policy_whose_drives_fail_ends_the_episode_after_three(tmp_path: Path)
     assert result.score["plans"]["made"] == result.score["plans"]["valid"] == 10
     assert result.score["stop_reason"].startswith("the policy failed 3 times in a row")
     assert result.score["simulated_s"] < 2.0
+
+
+def test_outside_policies_stand_beside_the_model_in_the_score_table(tmp_path: Path) -> None:
+    """``--references --reference-driver NAME=ADDRESS``: carla-driver-interface's route_follower and constant_speed,
+    served over TCP and a unix socket, driven into OUT/references/NAME/ and put beside the model in the table; a
+    second run resumes every episode (a policy's address is part of its settings)."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "table"
+    socket = f"unix:{tmp_path / 'cs.sock'}"
+    with (
+        serving(RouteFollowerPolicy(cruise_speed_mps=8.0), port=0, host="127.0.0.1", mode="alpasim") as port,
+        serving(ConstantSpeedPolicy(cruise_speed_mps=10.0), host=socket, mode="alpasim"),
+    ):
+        command = [sys.executable, "-m", "wam_diff2_ros.cli.drive", "straight_10", "--model", "constant-velocity"]
+        command += ["--out", str(out), "--duration", "2", "--latency-ms", "200", "--size", "64x48", "--no-bag"]
+        command += ["--no-video", "--references", "--reference-driver", f"route_follower=127.0.0.1:{port}"]
+        command += ["--reference-driver", f"constant_speed={socket}"]
+        first = subprocess.run(command, capture_output=True, text=True, timeout=300)
+        again = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr[-3000:]
+    table = json.loads((out / "scores.json").read_text(encoding="utf-8"))
+    assert list(table["references"]) == ["expert", "constant-velocity", "route_follower", "constant_speed"]
+    for name in ("route_follower", "constant_speed"):
+        episode = json.loads((out / "references" / name / "straight_10" / "score.json").read_text(encoding="utf-8"))
+        assert episode["mode"] == "driver" and name in episode["model"]
+        assert episode["plans"]["valid"] > 10 and table["references"][name]["mean"]["pdms"] is not None
+    assert "| scenario | model | expert | constant-velocity | route_follower | constant_speed |" in first.stdout
+    assert again.returncode == 0 and "running" not in again.stderr, again.stderr[-3000:]
+    refused = subprocess.run(
+        [*command[:-2], "--reference-driver", "expert=127.0.0.1:1"], capture_output=True, text=True, timeout=120
+    )
+    assert refused.returncode == 2 and "--reference-driver" in refused.stderr

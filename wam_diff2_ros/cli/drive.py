@@ -44,6 +44,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="also drive both reference planners (expert, constant-velocity) with the same settings into "
         "OUT/references/ and put their PDMS beside the model's in scores.md / scores.json",
     )
+    parser.add_argument(
+        "--reference-driver",
+        action="append",
+        default=[],
+        metavar="NAME=ADDRESS",
+        help="with --references: also drive the egodriver policy served at ADDRESS (HOST:PORT or unix:PATH, e.g. "
+        "carla-driver-interface's route_follower) into OUT/references/NAME/ and put it beside the model (repeat)",
+    )
     parser.add_argument("--out", type=Path, help="output folder (required unless --list)")
     parser.add_argument("--seed", type=int, help="override the scenarios' seeds")
     parser.add_argument(
@@ -167,6 +175,9 @@ def _run(prog: str, args: argparse.Namespace, specs: list, options: EpisodeOptio
 
     if args.references and (args.dds or args.workers is not None):
         raise DriveUsageError("--references runs in this process (not with --dds or --workers)")
+    drivers = _reference_drivers(args.reference_driver)
+    if drivers and not args.references:
+        raise DriveUsageError("--reference-driver puts a policy beside the model: pass --references too")
     if args.dds:
         return _run_dds(prog, specs, options, config)
     if args.workers is not None:
@@ -174,7 +185,7 @@ def _run(prog: str, args: argparse.Namespace, specs: list, options: EpisodeOptio
             raise DriveUsageError("--workers must be >= 1")
         return _run_ray(args, specs, options)
     if args.driver:
-        return _run_driver(specs, options, config)
+        return _run_driver(specs, options, config, args.references, parse_set(args.set), drivers)
     if len(specs) > 1:
         from wam_diff2_ros.drive.batch import scenario_folders
 
@@ -206,17 +217,48 @@ def _run(prog: str, args: argparse.Namespace, specs: list, options: EpisodeOptio
         return result.exit_code
     rows, code = run_many(specs, options, config, engine)
     if args.references and code == 0:
-        _refs, code = run_references(specs, options, rows, parse_set(args.set))
+        _refs, code = run_references(specs, options, rows, parse_set(args.set), drivers=drivers)
     print((options.out / "scores.md").read_text(encoding="utf-8"), end="")
     return code
 
 
-def _run_driver(specs: list, options: EpisodeOptions, config: object) -> int:
-    """Every scenario with the egodriver policy at ``--driver`` (one session per episode)."""
-    from wam_diff2_ros.drive.batch import run_many
+def _reference_drivers(items: list[str]) -> dict[str, str]:
+    """``--reference-driver NAME=ADDRESS`` items as name → address (a name is a plain folder name, not a
+    reference planner's, and given once)."""
+    from wam_diff2_ros.core.safe_names import UnsafeNameError, safe_name
+    from wam_diff2_ros.drive.reference import REFERENCE_NAMES
+
+    drivers: dict[str, str] = {}
+    for item in items:
+        name, sep, address = item.partition("=")
+        name, address = name.strip(), address.strip()
+        try:
+            plain = bool(sep and address) and safe_name(name) == name
+        except UnsafeNameError:
+            plain = False
+        if not plain or name in REFERENCE_NAMES or name in drivers:
+            raise DriveUsageError(
+                f"--reference-driver {item!r}: expected NAME=ADDRESS with a plain NAME (letters, digits, . _ -) "
+                f"used once and not one of {', '.join(REFERENCE_NAMES)}"
+            )
+        drivers[name] = address
+    return drivers
+
+
+def _run_driver(
+    specs: list,
+    options: EpisodeOptions,
+    config: object,
+    references: bool = False,
+    overrides: dict | None = None,
+    drivers: dict[str, str] | None = None,
+) -> int:
+    """Every scenario with the egodriver policy at ``--driver`` (one session per episode), with the reference
+    planners beside it on request."""
+    from wam_diff2_ros.drive.batch import run_many, run_references
     from wam_diff2_ros.drive.run import run_episode
 
-    if len(specs) == 1:
+    if len(specs) == 1 and not references:
         result = run_episode(specs[0], options, config, None)
         terms, plans = result.score["score"], result.score["plans"]
         print(
@@ -224,7 +266,9 @@ def _run_driver(specs: list, options: EpisodeOptions, config: object) -> int:
             f"{plans['valid']}/{plans['made']} plans valid; {result.score['stop_reason']}"
         )
         return result.exit_code
-    _rows, code = run_many(specs, options, config, None)
+    rows, code = run_many(specs, options, config, None)
+    if references and code == 0:
+        _refs, code = run_references(specs, options, rows, overrides or {}, drivers=drivers)
     print((options.out / "scores.md").read_text(encoding="utf-8"), end="")
     return code
 

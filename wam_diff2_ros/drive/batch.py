@@ -32,7 +32,8 @@ def _done(folder: Path, spec: ScenarioSpec, model: str, options: EpisodeOptions)
         return None
     same = (
         document.get("scenario") == json.loads(json.dumps(dataclasses.asdict(spec)))
-        and document.get("model") == model
+        # a policy at --driver names itself after the session started: its address is in the settings
+        and (document.get("model") == model or bool(options.driver))
         and document.get("settings") == episode_settings(options)
         and not document.get("interrupted")
     )
@@ -110,19 +111,32 @@ def run_references(
     rows: list[dict[str, Any]],
     overrides: dict[str, Any],
     log: Callable[[str], None] | None = None,
+    drivers: dict[str, str] | None = None,
 ) -> tuple[dict[str, list[dict[str, Any]]], int]:
-    """Both reference planners (drive/reference.py) on ``specs`` into ``options.out/references/<planner>/`` with the
-    model's settings, then the model's table (``rows``) rewritten with them side by side; returns their rows."""
+    """Both reference planners (drive/reference.py), then each outside egodriver policy of ``drivers`` (name →
+    address, e.g. carla-driver-interface's ``route_follower``), on ``specs`` into ``options.out/references/<name>/``
+    with the model's settings, then the model's table (``rows``) rewritten with them side by side; returns their
+    rows."""
     from wam_diff2_ros.drive.planners import planner_identity
     from wam_diff2_ros.drive.reference import REFERENCE_NAMES, reference_config, reference_engine
 
+    planners: list[tuple[str, Any, Any, str]] = []
+    for name in REFERENCE_NAMES:
+        planners.append((name, reference_config(name, overrides), reference_engine(name), ""))
+    for name, address in (drivers or {}).items():
+        planners.append((name, reference_config(REFERENCE_NAMES[0], overrides), None, address))
     references: dict[str, list[dict[str, Any]]] = {}
     code = EXIT_OK
-    for name in REFERENCE_NAMES:
-        config = reference_config(name, overrides)
-        settings = {**options.settings, **planner_identity(config)}
-        ref_options = dataclasses.replace(options, out=options.out / "references" / name, settings=settings)
-        references[name], code = run_many(specs, ref_options, config, reference_engine(name), log)
+    for name, config, engine, address in planners:
+        identity = {"driver": address} if address else planner_identity(config)
+        ref_options = dataclasses.replace(
+            options,
+            out=options.out / "references" / name,
+            settings={**options.settings, **identity},
+            driver=address,
+            dds=False,
+        )
+        references[name], code = run_many(specs, ref_options, config, engine, log)
         write_table(options.out, rows, references)
         if code != EXIT_OK:
             break
