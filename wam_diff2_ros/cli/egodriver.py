@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from collections.abc import Sequence
 
 from wam_diff2_ros.cli import toolkit
@@ -61,7 +62,13 @@ def build_parser() -> toolkit.Parser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit code."""
-    parser = build_parser()
+    try:
+        parser = build_parser()
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] != "carla_driver_interface":
+            raise
+        print(f"{PROG}: error: needs carla-driver-interface: pip install 'wam_diff2_ros[egodriver]'", file=sys.stderr)
+        return toolkit.EXIT_USAGE
     args = toolkit.parse(parser, argv)
     if isinstance(args, int):
         return args
@@ -134,6 +141,4 @@ def _serve_until_stopped(server: object) -> int:
 
 
 if __name__ == "__main__":
-    import sys
-
     sys.exit(main())
